@@ -1,0 +1,6 @@
+package main
+
+// The concrete plugins of this binary. Nothing else in the tree names them.
+import (
+	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
+)

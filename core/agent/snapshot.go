@@ -1,0 +1,220 @@
+package agent
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// SchemaVersion is the version of the snapshot JSON this build writes.
+// Version 0 (the field absent) is the bare contract of the specification;
+// every later version only adds optional fields, so any older snapshot
+// decodes into the current struct unchanged.
+const SchemaVersion = 1
+
+// Snapshot is the AgentSnapshot: the whole state of one agent and the only
+// contract between the kernel and a storage backend. Its JSON is the
+// specification's, field for field; fields after EventQueueBackup are the
+// optional additions of this implementation and are omitted when empty.
+type Snapshot struct {
+	AgentID          string  `json:"agent_id"`
+	TickIndex        uint64  `json:"tick_index"`
+	Timestamp        int64   `json:"timestamp"` // Unix milliseconds of the last change
+	Status           Status  `json:"status"`
+	Memory           Memory  `json:"memory"`
+	EventQueueBackup []Event `json:"event_queue_backup"`
+
+	SchemaVersion  int            `json:"schema_version,omitempty"`
+	SessionID      string         `json:"session_id,omitempty"`
+	Outbox         []Result       `json:"outbox,omitempty"`
+	PendingAction  *PendingAction `json:"pending_action,omitempty"`
+	RecentEventIDs []string       `json:"recent_event_ids,omitempty"`
+	// NextResultSeq is the sequence number the next Result will carry.
+	NextResultSeq uint64 `json:"next_result_seq,omitempty"`
+
+	// HistorySeq is the absolute position of Memory.ShortTermHistory[0]
+	// in the agent's whole conversation, and QueueSeq the absolute
+	// position of EventQueueBackup[0] among all events ever queued. The
+	// kernel only appends to both lists and drops from their fronts, and
+	// never changes an element once appended, so a backend may write just
+	// the elements past what it stored last. They are not part of the
+	// contract JSON: a backend that does not use them ignores them, and a
+	// snapshot loaded from JSON starts them at zero.
+	HistorySeq uint64 `json:"-"`
+	QueueSeq   uint64 `json:"-"`
+}
+
+// Memory is the agent's short-term memory: the bounded dialogue window and
+// the variables it holds.
+type Memory struct {
+	ShortTermHistory []Message     `json:"short_term_history"`
+	WorkingVariables map[string]any `json:"working_variables"`
+}
+
+// Message is one entry of the dialogue window.
+type Message struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+	// TaskID names the task the message belongs to, when it belongs to one.
+	TaskID string `json:"task_id,omitempty"`
+	// Name is the tool name for role "tool" messages.
+	Name string `json:"name,omitempty"`
+}
+
+// Event is one unprocessed input of the agent. Source, Type and Payload are
+// the specification's; ID identifies the event for duplicate detection (for a
+// task it is the task_id).
+type Event struct {
+	Source     string          `json:"source"`
+	Type       string          `json:"type"`
+	Payload    json.RawMessage `json:"payload"`
+	ID         string          `json:"id,omitempty"`
+	ReceivedAt int64           `json:"received_at,omitempty"` // Unix ms
+}
+
+// Result statuses of a finished task.
+const (
+	ResultDone           = "done"
+	ResultFailed         = "failed"
+	ResultUnknownOutcome = "unknown_outcome"
+)
+
+// Result is the answer to one task: what the outbox holds until it is
+// delivered and what the task index keeps for the retention window.
+type Result struct {
+	Seq        uint64          `json:"seq"`
+	TaskID     string          `json:"task_id"`
+	AgentID    string          `json:"agent_id"`
+	Status     string          `json:"status"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      string          `json:"error,omitempty"`
+	TickIndex  uint64          `json:"tick_index"`
+	Source     string          `json:"source,omitempty"`
+	FinishedAt int64           `json:"finished_at,omitempty"` // Unix ms
+}
+
+// PendingAction is the intent recorded, and saved, before a non-idempotent
+// tool runs. Finding one when the agent hydrates means the process died
+// between the intent and the tick's final save: the tool may or may not have
+// run, so the task ends as unknown_outcome instead of running it again.
+type PendingAction struct {
+	EventID   string          `json:"event_id"`
+	TaskID    string          `json:"task_id,omitempty"`
+	Step      int             `json:"step"` // index of the call within the task
+	Tool      string          `json:"tool"`
+	Args      json.RawMessage `json:"args,omitempty"`
+	Completed []ToolResult    `json:"completed,omitempty"` // calls that finished before it
+	StartedAt int64           `json:"started_at"`          // Unix ms
+}
+
+// ToolResult is the outcome of one tool call.
+type ToolResult struct {
+	Tool   string          `json:"tool"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// ErrInvalidSnapshot is returned by Decode and Validate for a snapshot that
+// is not valid contract JSON.
+var ErrInvalidSnapshot = errors.New("invalid snapshot")
+
+// Encode returns the contract JSON of s.
+func Encode(s *Snapshot) ([]byte, error) {
+	return json.Marshal(s)
+}
+
+// Decode parses contract JSON, written by this or any older version, and
+// validates it. Unknown fields are rejected so that a mistyped hand edit
+// is reported rather than silently dropped.
+func Decode(data []byte) (*Snapshot, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var s Snapshot
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidSnapshot, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the snapshot", ErrInvalidSnapshot)
+	}
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// Validate checks the invariants every stored snapshot holds.
+func (s *Snapshot) Validate() error {
+	if err := ValidateID(s.AgentID); err != nil {
+		return fmt.Errorf("%w: agent_id: %v", ErrInvalidSnapshot, err)
+	}
+	if !s.Status.Valid() {
+		return fmt.Errorf("%w: unknown status %q", ErrInvalidSnapshot, s.Status)
+	}
+	if s.SchemaVersion > SchemaVersion {
+		return fmt.Errorf("%w: schema_version %d is newer than this build understands (%d)",
+			ErrInvalidSnapshot, s.SchemaVersion, SchemaVersion)
+	}
+	if s.PendingAction != nil && s.PendingAction.Tool == "" {
+		return fmt.Errorf("%w: pending_action without a tool", ErrInvalidSnapshot)
+	}
+	return nil
+}
+
+// New returns the blank snapshot of a fresh agent.
+func New(agentID string, nowMs int64) *Snapshot {
+	return &Snapshot{
+		AgentID:       agentID,
+		Timestamp:     nowMs,
+		Status:        StatusStarting,
+		SchemaVersion: SchemaVersion,
+		Memory: Memory{
+			ShortTermHistory: []Message{},
+			WorkingVariables: map[string]any{},
+		},
+		EventQueueBackup: []Event{},
+	}
+}
+
+// Clone returns a deep copy of s. Elements of the history and the queue are
+// immutable once appended, so they are shared; everything else is copied.
+func (s *Snapshot) Clone() *Snapshot {
+	c := *s
+	c.Memory.ShortTermHistory = append([]Message(nil), s.Memory.ShortTermHistory...)
+	c.Memory.WorkingVariables = cloneVars(s.Memory.WorkingVariables)
+	c.EventQueueBackup = append([]Event(nil), s.EventQueueBackup...)
+	c.Outbox = append([]Result(nil), s.Outbox...)
+	c.RecentEventIDs = append([]string(nil), s.RecentEventIDs...)
+	if s.PendingAction != nil {
+		p := *s.PendingAction
+		p.Completed = append([]ToolResult(nil), s.PendingAction.Completed...)
+		c.PendingAction = &p
+	}
+	return &c
+}
+
+func cloneVars(m map[string]any) map[string]any {
+	if m == nil {
+		return nil
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = cloneValue(v)
+	}
+	return out
+}
+
+func cloneValue(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		return cloneVars(t)
+	case []any:
+		out := make([]any, len(t))
+		for i := range t {
+			out[i] = cloneValue(t[i])
+		}
+		return out
+	default:
+		return v
+	}
+}

@@ -1,0 +1,107 @@
+package design
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Roles of a template.
+const (
+	RoleMaster = "master"
+	RoleWorker = "worker"
+)
+
+// Template is an agent blueprint: everything an agent process is started
+// with. It is frozen for the life of the process; a change reaches an agent
+// only through a restart.
+type Template struct {
+	Name          string        `json:"name"`
+	Version       string        `json:"version"`
+	Role          string        `json:"role"`
+	Description   string        `json:"description,omitempty"`
+	Brain         Brain         `json:"brain"`
+	SystemPrompt  string        `json:"system_prompt"`
+	Tools         []string      `json:"tools"`
+	ContextBudget ContextBudget `json:"context_budget"`
+	Storage       string        `json:"storage,omitempty"` // store URL; empty means the host's default
+	Limits        Limits        `json:"limits"`
+	Workers       []string      `json:"workers,omitempty"` // worker templates a master may spawn
+}
+
+// Brain selects the model provider.
+type Brain struct {
+	Provider  string `json:"provider"`              // "echo" or "openai"
+	BaseURL   string `json:"base_url,omitempty"`    // openai: server root, e.g. http://127.0.0.1:11434/v1
+	Model     string `json:"model,omitempty"`       // openai: model name
+	APIKeyEnv string `json:"api_key_env,omitempty"` // openai: environment variable holding the key
+	TimeoutMs int    `json:"timeout_ms,omitempty"`  // per request; 0 means 60,000
+}
+
+// ContextBudget bounds short_term_history. Messages past the budget fall out
+// of the window, oldest first, and are summarised into working variables.
+type ContextBudget struct {
+	MaxMessages int `json:"max_messages"`
+	MaxTokens   int `json:"max_tokens,omitempty"` // approximate (4 bytes a token); 0 means no token bound
+}
+
+// Limits bounds what one agent does.
+type Limits struct {
+	MaxSteps      int `json:"max_steps,omitempty"`       // brain round trips per task; default 8
+	MaxTaskBytes  int `json:"max_task_bytes,omitempty"`  // largest accepted task; default 256 KiB
+	ToolTimeoutMs int `json:"tool_timeout_ms,omitempty"` // per tool call; default 30,000
+	MaxQueue      int `json:"max_queue,omitempty"`       // queued events before new ones are refused; default 10,000
+}
+
+// Defaults for zero Limits fields.
+const (
+	DefaultMaxSteps      = 8
+	DefaultMaxTaskBytes  = 256 << 10
+	DefaultToolTimeoutMs = 30000
+	DefaultMaxQueue      = 10000
+)
+
+// WithDefaults returns l with zero fields set to their defaults.
+func (l Limits) WithDefaults() Limits {
+	if l.MaxSteps <= 0 {
+		l.MaxSteps = DefaultMaxSteps
+	}
+	if l.MaxTaskBytes <= 0 {
+		l.MaxTaskBytes = DefaultMaxTaskBytes
+	}
+	if l.ToolTimeoutMs <= 0 {
+		l.ToolTimeoutMs = DefaultToolTimeoutMs
+	}
+	if l.MaxQueue <= 0 {
+		l.MaxQueue = DefaultMaxQueue
+	}
+	return l
+}
+
+// ErrInvalidTemplate is wrapped by every template decoding or validation error.
+var ErrInvalidTemplate = errors.New("invalid template")
+
+// Decode parses one template strictly: unknown fields and trailing data are
+// errors. It does not validate the template's content.
+func Decode(data []byte) (*Template, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var t Template
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidTemplate, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data after the template", ErrInvalidTemplate)
+	}
+	return &t, nil
+}
+
+// Digest returns the sha256 of the template's bytes as "sha256:HEX"; agents
+// record it to say exactly which blueprint they run.
+func Digest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

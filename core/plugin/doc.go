@@ -1,0 +1,9 @@
+// Package plugin owns the plugin kinds of OpenStarry, the interfaces each kind
+// implements, the sentinel errors they return, and the one registry through
+// which concrete plugins are found.
+//
+// Plugins register themselves from init (like database/sql drivers or Caddy
+// modules); only cmd/openstarry knows the concrete set, through blank imports.
+// Nothing under core/ imports a concrete backend. New must have no side
+// effects: a plugin does I/O only when it is opened with a URL.
+package plugin

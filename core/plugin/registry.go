@@ -1,0 +1,145 @@
+package plugin
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// Kind is a plugin kind: the first part of a plugin ID.
+type Kind string
+
+// The plugin kinds.
+const (
+	KindStorage   Kind = "storage"   // snapshot stores, opened by URL scheme
+	KindTransport Kind = "transport" // task transports
+	KindInfra     Kind = "infra"     // infrastructure started by the daemon (the embedded broker)
+	KindBrain     Kind = "brain"     // model providers
+	KindTool      Kind = "tool"      // tools the brain can call
+)
+
+// Env is what the host hands a plugin when it opens one: where the data
+// directory is and where to log.
+type Env struct {
+	DataDir string
+	Log     zerolog.Logger
+}
+
+// StorageOpener opens a Storage from its URL (the scheme already matched).
+type StorageOpener func(ctx context.Context, u *url.URL, env Env) (Storage, error)
+
+// Info describes one plugin. ID is "kind.name" ("storage.bbolt"); for a
+// storage plugin the name is also its URL scheme.
+type Info struct {
+	ID          string
+	Description string
+	OpenStorage StorageOpener // storage plugins only
+}
+
+// Kind returns the kind part of the ID.
+func (i Info) Kind() Kind {
+	k, _, _ := strings.Cut(i.ID, ".")
+	return Kind(k)
+}
+
+// Name returns the part of the ID after the kind.
+func (i Info) Name() string {
+	_, n, _ := strings.Cut(i.ID, ".")
+	return n
+}
+
+var (
+	mu       sync.RWMutex // guards registry
+	registry = map[string]Info{}
+)
+
+// Register adds a plugin. It is called from init and panics on an empty,
+// malformed or duplicate ID, or a storage plugin without an opener: those are
+// programming errors that must fail the build's tests, not a boot.
+func Register(info Info) {
+	kind, name, ok := strings.Cut(info.ID, ".")
+	if !ok || kind == "" || name == "" {
+		panic(fmt.Sprintf("plugin: malformed id %q (want kind.name)", info.ID))
+	}
+	switch Kind(kind) {
+	case KindStorage:
+		if info.OpenStorage == nil {
+			panic(fmt.Sprintf("plugin: storage plugin %q has no OpenStorage", info.ID))
+		}
+	case KindTransport, KindInfra, KindBrain, KindTool:
+	default:
+		panic(fmt.Sprintf("plugin: %q has unknown kind %q", info.ID, kind))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[info.ID]; dup {
+		panic(fmt.Sprintf("plugin: %q registered twice", info.ID))
+	}
+	registry[info.ID] = info
+}
+
+// Lookup returns the plugin registered under id.
+func Lookup(id string) (Info, bool) {
+	mu.RLock()
+	defer mu.RUnlock()
+	info, ok := registry[id]
+	return info, ok
+}
+
+// List returns the registered plugins of a kind, sorted by ID.
+func List(kind Kind) []Info {
+	mu.RLock()
+	defer mu.RUnlock()
+	var out []Info
+	for _, info := range registry {
+		if info.Kind() == kind {
+			out = append(out, info)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// OpenStorage opens the store named by rawURL ("bbolt:///var/lib/openstarry/agents",
+// "sqlite:///path/state.db", ...) with the plugin registered for its scheme.
+func OpenStorage(ctx context.Context, rawURL string, env Env) (Storage, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("store url %q: %w", rawURL, err)
+	}
+	if u.Scheme == "" {
+		return nil, fmt.Errorf("store url %q has no scheme (want one of %s)", rawURL, storageSchemes())
+	}
+	info, ok := Lookup(string(KindStorage) + "." + u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("store url %q: no storage plugin for scheme %q (built in: %s)",
+			rawURL, u.Scheme, storageSchemes())
+	}
+	return info.OpenStorage(ctx, u, env)
+}
+
+func storageSchemes() string {
+	var names []string
+	for _, info := range List(KindStorage) {
+		names = append(names, info.Name()+"://")
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
+
+// URLPath returns the filesystem path a file-based store URL names:
+// "bbolt:///abs/dir" → "/abs/dir", "bbolt://rel/dir" → "rel/dir" (host and path
+// joined, so relative paths work), and "" for "bbolt://".
+func URLPath(u *url.URL) string {
+	if u.Opaque != "" {
+		return u.Opaque
+	}
+	return u.Host + u.Path
+}

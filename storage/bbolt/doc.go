@@ -1,0 +1,2 @@
+// Package bbolt is the default snapshot store: one bbolt file per agent.
+package bbolt
