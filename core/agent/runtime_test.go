@@ -1,0 +1,362 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/brain"
+	"github.com/openstarry/openstarry-edge/core/design"
+	_ "github.com/openstarry/openstarry-edge/core/tool"
+)
+
+// jsonStore keeps snapshots as contract JSON in memory, so every Load sees
+// exactly what a store would give back. It can be told to fail.
+type jsonStore struct {
+	mu    sync.Mutex
+	data  map[string][]byte
+	saves int
+	delay time.Duration
+	fail  error
+}
+
+func newJSONStore() *jsonStore { return &jsonStore{data: map[string][]byte{}} }
+
+func (m *jsonStore) Save(ctx context.Context, s *agent.Snapshot) error {
+	if m.delay > 0 {
+		time.Sleep(m.delay)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	b, err := agent.Encode(s)
+	if err != nil {
+		return err
+	}
+	m.data[s.AgentID] = b
+	m.saves++
+	return nil
+}
+
+func (m *jsonStore) Load(ctx context.Context, id string) (*agent.Snapshot, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b, ok := m.data[id]
+	if !ok {
+		return nil, nil
+	}
+	return agent.Decode(b)
+}
+
+func (m *jsonStore) stored(t *testing.T, id string) *agent.Snapshot {
+	t.Helper()
+	s, err := m.Load(context.Background(), id)
+	if err != nil || s == nil {
+		t.Fatalf("stored snapshot: %v %v", s, err)
+	}
+	return s
+}
+
+type env struct {
+	t     *testing.T
+	store *jsonStore
+	dir   string
+	cfg   agent.Config
+}
+
+func newEnv(t *testing.T) *env {
+	echo, err := brain.New(design.Brain{Provider: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, store: newJSONStore(), dir: t.TempDir()}
+	e.cfg = agent.Config{
+		AgentID: "a1", Store: e.store, Brain: echo, Tools: []string{"file_append", "sleep_ms"},
+		ArtifactsDir: e.dir, Log: zerolog.New(zerolog.NewTestWriter(t)),
+	}
+	return e
+}
+
+func (e *env) start() *agent.Runtime {
+	e.t.Helper()
+	rt, err := agent.Start(context.Background(), e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = rt.Stop(context.Background()) })
+	return rt
+}
+
+func submit(t *testing.T, rt *agent.Runtime, id string, input any) agent.SubmitResult {
+	t.Helper()
+	in, _ := json.Marshal(input)
+	task := &agent.Task{TaskID: id, Input: in}
+	ev, err := agent.TaskEvent(task, "test", time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rt.Submit(context.Background(), ev)
+}
+
+func wait(t *testing.T, rt *agent.Runtime, id string) agent.TaskState {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		st, ok, err := rt.TaskState(context.Background(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && st.Status != agent.TaskQueued && st.Status != agent.TaskRunning {
+			return st
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	t.Fatalf("task %s did not finish", id)
+	return agent.TaskState{}
+}
+
+func appendCall(file, line string) map[string]any {
+	return map[string]any{"call": []map[string]any{{"tool": "file_append", "args": map[string]string{"file": file, "line": line}}}}
+}
+
+func TestEchoString(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	if res := submit(t, rt, "t1", "hello"); res.Err != nil || res.Duplicate || res.State.Status != agent.TaskQueued {
+		t.Fatalf("submit: %+v", res)
+	}
+	st := wait(t, rt, "t1")
+	if st.Status != agent.ResultDone || string(st.Output) != `"hello"` || st.TickIndex != 1 {
+		t.Fatalf("state = %+v", st)
+	}
+	s, _ := rt.Snapshot(context.Background())
+	if s.TickIndex != 1 || len(s.Memory.ShortTermHistory) != 2 || len(s.EventQueueBackup) != 0 {
+		t.Fatalf("snapshot after one task: %+v", s)
+	}
+}
+
+func TestDuplicateRunsOnce(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	submit(t, rt, "t1", appendCall("log.txt", "t1"))
+	dup := submit(t, rt, "t1", appendCall("log.txt", "t1"))
+	if !dup.Duplicate {
+		t.Fatalf("second submit not a duplicate: %+v", dup)
+	}
+	wait(t, rt, "t1")
+	again := submit(t, rt, "t1", appendCall("log.txt", "t1"))
+	if !again.Duplicate || again.State.Status != agent.ResultDone {
+		t.Fatalf("submit after done: %+v", again)
+	}
+	data, _ := os.ReadFile(filepath.Join(e.dir, "log.txt"))
+	if string(data) != "t1\n" {
+		t.Fatalf("file = %q, want one line", data)
+	}
+}
+
+// A crash after the intent of a non-idempotent tool was saved: the next
+// process reports unknown_outcome and never runs the tool again.
+func TestPendingActionBecomesUnknownOutcome(t *testing.T) {
+	e := newEnv(t)
+	var crashed *agent.Snapshot
+	e.cfg.AfterSave = func(s *agent.Snapshot) {
+		if s.PendingAction != nil && crashed == nil {
+			crashed = s.Clone()
+		}
+	}
+	rt := e.start()
+	submit(t, rt, "t1", appendCall("log.txt", "t1"))
+	wait(t, rt, "t1")
+	_ = rt.Stop(context.Background())
+	if crashed == nil {
+		t.Fatal("no save carried a pending_action before the tool ran")
+	}
+	if len(crashed.EventQueueBackup) != 1 || crashed.PendingAction.Tool != "file_append" {
+		t.Fatalf("intent snapshot = %+v", crashed)
+	}
+	// Put the store back to the instant after the intent was saved.
+	if err := e.store.Save(context.Background(), crashed); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.AfterSave = nil
+	rt2 := e.start()
+	st := wait(t, rt2, "t1")
+	if st.Status != agent.ResultUnknownOutcome || !strings.Contains(st.Error, "file_append") {
+		t.Fatalf("state after crash = %+v", st)
+	}
+	data, _ := os.ReadFile(filepath.Join(e.dir, "log.txt"))
+	if string(data) != "t1\n" {
+		t.Fatalf("file = %q: the tool ran again", data)
+	}
+	s := e.store.stored(t, "a1")
+	if s.PendingAction != nil || len(s.EventQueueBackup) != 0 || s.TickIndex <= crashed.TickIndex {
+		t.Fatalf("recovered snapshot = %+v", s)
+	}
+}
+
+// Events queued but not processed when the process died run after restart.
+func TestQueuedEventsSurviveRestart(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Brain = agent.Brain(blockBrain{release: make(chan struct{})})
+	rt := e.start()
+	for i := 0; i < 3; i++ {
+		if res := submit(t, rt, fmt.Sprint("t", i), "x"); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	// The process "dies" now: the store holds what was acknowledged.
+	s := e.store.stored(t, "a1")
+	if len(s.EventQueueBackup) != 3 {
+		t.Fatalf("acknowledged events not durable: queue %d", len(s.EventQueueBackup))
+	}
+	e2 := newEnv(t)
+	e2.store = e.store
+	e2.cfg.Store = e.store
+	rt2 := e2.start()
+	for i := 0; i < 3; i++ {
+		if st := wait(t, rt2, fmt.Sprint("t", i)); st.Status != agent.ResultDone {
+			t.Fatalf("t%d = %+v", i, st)
+		}
+	}
+	close(e.cfg.Brain.(blockBrain).release)
+}
+
+type blockBrain struct{ release chan struct{} }
+
+func (b blockBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	<-b.release
+	return agent.Reply{Output: turn.Task.Input}, nil
+}
+
+func TestContextBudget(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxMessages = 4
+	rt := e.start()
+	for i := 0; i < 5; i++ {
+		submit(t, rt, fmt.Sprint("t", i), fmt.Sprint("message ", i))
+	}
+	wait(t, rt, "t4")
+	s, _ := rt.Snapshot(context.Background())
+	h := s.Memory.ShortTermHistory
+	if len(h) != 4 || h[len(h)-1].Content != "message 4" || s.HistorySeq != 6 {
+		t.Fatalf("history = %+v (seq %d)", h, s.HistorySeq)
+	}
+	sum, _ := s.Memory.WorkingVariables["history_summary"].(string)
+	if !strings.Contains(sum, "message 0") || !strings.Contains(sum, "[t2 assistant]") {
+		t.Fatalf("summary = %q", sum)
+	}
+}
+
+// Events arriving during one save ride on the next.
+func TestGroupCommit(t *testing.T) {
+	e := newEnv(t)
+	e.store.delay = 3 * time.Millisecond
+	e.cfg.Brain = agent.Brain(blockBrain{release: make(chan struct{})})
+	rt := e.start()
+	before := e.store.saves
+	var wg sync.WaitGroup
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			if res := submit(t, rt, fmt.Sprint("t", i), "x"); res.Err != nil {
+				t.Error(res.Err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	saves := e.store.saves - before
+	if saves >= 50 {
+		t.Fatalf("100 concurrent tasks took %d saves; group commit should need far fewer", saves)
+	}
+	if q := len(e.store.stored(t, "a1").EventQueueBackup); q != 100 {
+		t.Fatalf("queue = %d, want 100", q)
+	}
+	t.Logf("100 tasks made durable in %d saves", saves)
+	close(e.cfg.Brain.(blockBrain).release)
+}
+
+func TestSaveFailureIsNotAcknowledged(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	e.store.mu.Lock()
+	e.store.fail = errors.New("disk full")
+	e.store.mu.Unlock()
+	res := submit(t, rt, "t1", "x")
+	if res.Err == nil || !strings.Contains(res.Err.Error(), "disk full") {
+		t.Fatalf("submit with failing store = %+v", res)
+	}
+	<-rt.Done()
+	if rt.Err() == nil {
+		t.Fatal("runtime did not stop on a failed save")
+	}
+	if s := e.store.stored(t, "a1"); len(s.EventQueueBackup) != 0 {
+		t.Fatal("store changed")
+	}
+}
+
+func TestStopSavesStopped(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	submit(t, rt, "t1", "x")
+	wait(t, rt, "t1")
+	if err := rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if s := e.store.stored(t, "a1"); s.Status != agent.StatusStopped {
+		t.Fatalf("status after stop = %s", s.Status)
+	}
+	if res := submit(t, rt, "t2", "x"); !errors.Is(res.Err, agent.ErrStopped) {
+		t.Fatalf("submit after stop = %+v", res)
+	}
+}
+
+func TestTaskOutcomes(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.MaxQueue = 1000
+	rt := e.start()
+	cases := []struct {
+		name   string
+		input  any
+		status string
+		check  func(agent.TaskState) bool
+	}{
+		{"sleep", map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": 1}}}}, agent.ResultDone,
+			func(s agent.TaskState) bool { return strings.Contains(string(s.Output), `"slept_ms":1`) }},
+		{"unknown tool", map[string]any{"call": []map[string]any{{"tool": "rm_rf"}}}, agent.ResultDone,
+			func(s agent.TaskState) bool { return strings.Contains(string(s.Output), "not available") }},
+		{"escape", appendCall("../x", "no"), agent.ResultDone,
+			func(s agent.TaskState) bool { return strings.Contains(string(s.Output), "leaves the artifacts") }},
+		{"bad script", map[string]any{"call": "x"}, agent.ResultFailed,
+			func(s agent.TaskState) bool { return strings.Contains(s.Error, "bad call list") }},
+		{"object", map[string]any{"a": 1}, agent.ResultDone,
+			func(s agent.TaskState) bool { return string(s.Output) == `{"a":1}` }},
+	}
+	for i, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			id := fmt.Sprint("c", i)
+			submit(t, rt, id, tc.input)
+			st := wait(t, rt, id)
+			if st.Status != tc.status || !tc.check(st) {
+				t.Fatalf("state = %+v", st)
+			}
+		})
+	}
+	ev, _ := agent.TaskEvent(&agent.Task{TaskID: "late", Input: json.RawMessage(`"x"`), Deadline: "2001-01-01T00:00:00Z"}, "test", 1)
+	rt.Submit(context.Background(), ev)
+	if st := wait(t, rt, "late"); st.Status != agent.ResultFailed || !strings.Contains(st.Error, "deadline") {
+		t.Fatalf("late = %+v", st)
+	}
+}

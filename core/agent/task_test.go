@@ -1,0 +1,67 @@
+package agent
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestDecodeTask(t *testing.T) {
+	cases := []struct {
+		name, data string
+		max        int
+		code       string
+	}{
+		{"ok string", `{"task_id":"t1","input":"hi"}`, 0, ""},
+		{"ok call", `{"task_id":"t1","type":"x","input":{"call":[]},"project_id":"p","deadline":"2030-01-01T00:00:00Z","extra":1}`, 0, ""},
+		{"not json", `{"task_id":`, 0, CodeBadJSON},
+		{"array", `[1]`, 0, CodeBadJSON},
+		{"trailing", `{"task_id":"t"} x`, 0, CodeBadJSON},
+		{"missing id", `{"input":"x"}`, 0, CodeMissingTaskID},
+		{"path id", `{"task_id":"../../x"}`, 0, CodeBadTaskID},
+		{"too large", `{"task_id":"t1","input":"` + strings.Repeat("x", 100) + `"}`, 64, CodeTooLarge},
+		{"bad deadline", `{"task_id":"t1","deadline":"tomorrow"}`, 0, CodeBadDeadline},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			task, err := DecodeTask([]byte(tc.data), tc.max)
+			if tc.code == "" {
+				if err != nil || task.TaskID != "t1" {
+					t.Fatalf("DecodeTask = %v, %v", task, err)
+				}
+				return
+			}
+			var te *TaskError
+			if !errors.As(err, &te) || te.Code != tc.code {
+				t.Fatalf("DecodeTask error = %v, want code %s", err, tc.code)
+			}
+		})
+	}
+}
+
+func FuzzDecodeTask(f *testing.F) {
+	f.Add([]byte(`{"task_id":"t1","input":"hi"}`), 0)
+	f.Add([]byte(`{"task_id":"t1","input":{"call":[{"tool":"sleep_ms","args":{"ms":1}}]}}`), 1024)
+	f.Add([]byte(`{"task_id":""}`), 0)
+	f.Add([]byte(`null`), 0)
+	f.Add([]byte(`{"task_id":"t","deadline":"2030-01-01T00:00:00Z"}`), 10)
+	f.Fuzz(func(t *testing.T, data []byte, max int) {
+		task, err := DecodeTask(data, max)
+		if err != nil {
+			var te *TaskError
+			if !errors.As(err, &te) || te.Code == "" {
+				t.Fatalf("error without a code: %v", err)
+			}
+			return
+		}
+		if ValidateID(task.TaskID) != nil {
+			t.Fatalf("accepted task with bad id %q", task.TaskID)
+		}
+		if max > 0 && len(data) > max {
+			t.Fatal("accepted an oversized task")
+		}
+		if _, err := TaskEvent(task, "fuzz", 1); err != nil {
+			t.Fatalf("accepted task does not become an event: %v", err)
+		}
+	})
+}

@@ -1,0 +1,91 @@
+// Package tool owns the tools an agent's brain can call: the Tool type, the
+// registry of built-in tools, and the built-ins that need nothing but the
+// agent's own directory (file_append, sleep_ms).
+//
+// Every tool declares whether it is idempotent. The kernel runs an idempotent
+// tool again after a crash; before a non-idempotent one runs, it saves a
+// pending_action, and a crash between that save and the tick's end turns the
+// task into unknown_outcome instead of running the tool twice.
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"github.com/rs/zerolog"
+)
+
+// Env is what a tool run sees of its agent.
+type Env struct {
+	AgentID      string
+	TaskID       string
+	ArtifactsDir string // the agent's artifacts directory; file tools stay inside it
+	Log          zerolog.Logger
+	// Services holds host-provided capabilities by name (the daemon's control
+	// client for agent_manager, for example). Tools type-assert what they need.
+	Services map[string]any
+}
+
+// Tool is one callable capability.
+type Tool struct {
+	Name        string
+	Description string
+	Idempotent  bool
+	// Run executes the call. args is the JSON object the brain passed.
+	Run func(ctx context.Context, env Env, args json.RawMessage) (json.RawMessage, error)
+}
+
+// ErrUnknownTool is returned by Lookup for a name not in the registry.
+var ErrUnknownTool = errors.New("unknown tool")
+
+var (
+	mu    sync.RWMutex // guards tools
+	tools = map[string]Tool{}
+)
+
+// Register adds a tool; it panics on an empty name, a missing Run, or a
+// duplicate, which are programming errors.
+func Register(t Tool) {
+	if t.Name == "" || t.Run == nil {
+		panic(fmt.Sprintf("tool: invalid registration %q", t.Name))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := tools[t.Name]; dup {
+		panic(fmt.Sprintf("tool: %q registered twice", t.Name))
+	}
+	tools[t.Name] = t
+}
+
+// Lookup returns the tool called name.
+func Lookup(name string) (Tool, error) {
+	mu.RLock()
+	defer mu.RUnlock()
+	t, ok := tools[name]
+	if !ok {
+		return Tool{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
+	}
+	return t, nil
+}
+
+// Known reports whether a tool called name is registered.
+func Known(name string) bool {
+	_, err := Lookup(name)
+	return err == nil
+}
+
+// Names returns the registered tool names, sorted.
+func Names() []string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make([]string, 0, len(tools))
+	for n := range tools {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,202 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// Agents finds the running agents the API serves.
+type Agents interface {
+	// Agent returns the runtime of a running agent, or nil.
+	Agent(id string) *agent.Runtime
+}
+
+// Single serves one agent (openstarry run).
+type Single struct{ R *agent.Runtime }
+
+// Agent implements Agents.
+func (s Single) Agent(id string) *agent.Runtime {
+	if s.R != nil && s.R.ID() == id {
+		return s.R
+	}
+	return nil
+}
+
+// Options configure the API.
+type Options struct {
+	Agents       Agents
+	MaxTaskBytes int    // largest accepted task body; default 256 KiB
+	Token        string // required from off loopback when set
+	Log          zerolog.Logger
+}
+
+// Server is the HTTP handler.
+type Server struct {
+	opts Options
+	mux  *http.ServeMux
+}
+
+// New returns the API handler.
+func New(opts Options) *Server {
+	if opts.MaxTaskBytes <= 0 {
+		opts.MaxTaskBytes = 256 << 10
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /agents/{id}/tasks", s.postTask)
+	s.mux.HandleFunc("GET /agents/{id}/tasks/{task}", s.getTask)
+	s.mux.HandleFunc("GET /agents/{id}/snapshot", s.getSnapshot)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	return s
+}
+
+// Handle adds a route (other packages add theirs: metrics, sessions, UI).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Token != "" && !fromLoopback(r) && !tokenOK(r, s.opts.Token) {
+		s.opts.Log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("http: missing or wrong token")
+		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required from off loopback")
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func tokenOK(r *http.Request, token string) bool {
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
+
+func (s *Server) agent(w http.ResponseWriter, r *http.Request) *agent.Runtime {
+	id := r.PathValue("id")
+	if err := agent.ValidateID(id); err != nil {
+		writeError(w, http.StatusBadRequest, "bad_agent_id", err.Error())
+		return nil
+	}
+	rt := s.opts.Agents.Agent(id)
+	if rt == nil {
+		writeError(w, http.StatusNotFound, "unknown_agent", "no agent "+id+" runs here")
+	}
+	return rt
+}
+
+func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
+	rt := s.agent(w, r)
+	if rt == nil {
+		return
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, int64(s.opts.MaxTaskBytes)+1))
+	if err != nil {
+		writeError(w, http.StatusBadRequest, "bad_body", "reading the body: "+err.Error())
+		return
+	}
+	task, err := agent.DecodeTask(body, s.opts.MaxTaskBytes)
+	if err != nil {
+		var te *agent.TaskError
+		code := agent.CodeBadJSON
+		if errors.As(err, &te) {
+			code = te.Code
+		}
+		s.opts.Log.Warn().Str("agent", rt.ID()).Str("code", code).Err(err).Msg("http: task rejected")
+		writeError(w, http.StatusBadRequest, code, err.Error())
+		return
+	}
+	ev, err := agent.TaskEvent(task, "http", time.Now().UnixMilli())
+	if err != nil {
+		writeError(w, http.StatusBadRequest, agent.CodeBadJSON, err.Error())
+		return
+	}
+	res := rt.Submit(r.Context(), ev)
+	switch {
+	case res.Err == nil && res.Duplicate:
+		writeJSON(w, http.StatusOK, res.State)
+	case res.Err == nil:
+		writeJSON(w, http.StatusAccepted, res.State)
+	case errors.Is(res.Err, agent.ErrQueueFull):
+		writeError(w, http.StatusServiceUnavailable, "queue_full", res.Err.Error())
+	case errors.Is(res.Err, agent.ErrStopping), errors.Is(res.Err, agent.ErrStopped):
+		writeError(w, http.StatusServiceUnavailable, "stopping", res.Err.Error())
+	case errors.Is(res.Err, context.Canceled):
+		writeError(w, http.StatusServiceUnavailable, "cancelled", "the request ended before the task was durable; send it again")
+	default:
+		s.opts.Log.Error().Str("agent", rt.ID()).Err(res.Err).Msg("http: task not accepted")
+		writeError(w, http.StatusInternalServerError, "not_durable", res.Err.Error())
+	}
+}
+
+func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
+	rt := s.agent(w, r)
+	if rt == nil {
+		return
+	}
+	id := r.PathValue("task")
+	if err := agent.ValidateID(id); err != nil {
+		writeError(w, http.StatusBadRequest, agent.CodeBadTaskID, err.Error())
+		return
+	}
+	st, ok, err := rt.TaskState(r.Context(), id)
+	switch {
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "store_error", err.Error())
+	case !ok:
+		writeError(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
+	default:
+		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	rt := s.agent(w, r)
+	if rt == nil {
+		return
+	}
+	snap, err := rt.Snapshot(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
+	data, err := agent.Encode(snap)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(append(data, '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+// WriteError writes the JSON error body {"error","code"}.
+func WriteError(w http.ResponseWriter, status int, code, msg string) { writeError(w, status, code, msg) }
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+}
