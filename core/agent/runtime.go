@@ -134,9 +134,9 @@ type Runtime struct {
 	// Owned by the runtime goroutine.
 	snap       *Snapshot
 	dirty      bool
-	busy       bool     // a tick is in flight
+	busy       bool                // a tick is in flight
 	known      map[string]struct{} // ids in RecentEventIDs
-	handed     uint64   // results with Seq below this were handed to Outbox
+	handed     uint64              // results with Seq below this were handed to Outbox
 	histBytes  int
 	stopping   bool
 	acks       []*submission

@@ -48,7 +48,7 @@ type Snapshot struct {
 // Memory is the agent's short-term memory: the bounded dialogue window and
 // the variables it holds.
 type Memory struct {
-	ShortTermHistory []Message     `json:"short_term_history"`
+	ShortTermHistory []Message      `json:"short_term_history"`
 	WorkingVariables map[string]any `json:"working_variables"`
 }
 

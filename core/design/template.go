@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 )
 
@@ -81,9 +80,6 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
-// ErrInvalidTemplate is wrapped by every template decoding or validation error.
-var ErrInvalidTemplate = errors.New("invalid template")
-
 // Decode parses one template strictly: unknown fields and trailing data are
 // errors. It does not validate the template's content.
 func Decode(data []byte) (*Template, error) {
@@ -91,7 +87,7 @@ func Decode(data []byte) (*Template, error) {
 	dec.DisallowUnknownFields()
 	var t Template
 	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidTemplate, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidTemplate, err)
 	}
 	if dec.More() {
 		return nil, fmt.Errorf("%w: trailing data after the template", ErrInvalidTemplate)

@@ -195,7 +195,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // WriteError writes the JSON error body {"error","code"}.
-func WriteError(w http.ResponseWriter, status int, code, msg string) { writeError(w, status, code, msg) }
+func WriteError(w http.ResponseWriter, status int, code, msg string) {
+	writeError(w, status, code, msg)
+}
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
 	writeJSON(w, status, map[string]string{"error": msg, "code": code})
