@@ -1,0 +1,32 @@
+# OpenStarry Edge. `make run` starts the appliance, `make test` runs every test.
+GO       ?= go
+BIN      := bin/openstarry
+DATA     ?= ./data
+BENCHTIME ?= 300x
+
+.PHONY: build run test bench lint matrix clean
+
+build:
+	./build.sh host
+
+run: build
+	$(BIN) run --agent demo --data $(DATA)
+
+# The whole suite: vet, then every package with the race detector. Fuzz
+# targets run their seed corpus here; `go test -fuzz` explores further.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m ./...
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 30m ./storage/... ./cmd/openstarry/
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+matrix:
+	./build.sh matrix
+
+clean:
+	rm -rf bin dist

@@ -1,0 +1,67 @@
+package design
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"testing"
+)
+
+// FuzzDecodeTemplate feeds arbitrary bytes to Decode and Validate. Neither
+// may panic; a template Validate accepts must decode, and a decoded template
+// must survive an encode/decode round trip unchanged. The seed corpus (the
+// shipped templates and every broken fixture) runs in every go test.
+func FuzzDecodeTemplate(f *testing.F) {
+	seeds, _ := fs.Glob(Shipped(), "*.json")
+	for _, s := range seeds {
+		data, err := fs.ReadFile(Shipped(), s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	broken, _ := filepath.Glob(filepath.Join("testdata", "broken", "*.json"))
+	for _, s := range broken {
+		data, err := os.ReadFile(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"name":"a","version":"1.0.0","role":"worker","brain":{"provider":"echo"},"system_prompt":"","tools":[],"context_budget":{"max_messages":1e0}}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(``))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		vt, verr := Validator{}.Validate("f.json", data)
+		dt, derr := Decode(data)
+		if verr == nil {
+			if derr != nil {
+				t.Fatalf("Validate accepted what Decode refuses: %v", derr)
+			}
+			if !reflect.DeepEqual(vt, dt) {
+				t.Fatalf("Validate and Decode disagree: %+v vs %+v", vt, dt)
+			}
+		}
+		if derr != nil {
+			return
+		}
+		again, err := json.Marshal(dt)
+		if err != nil {
+			t.Fatalf("marshal: %v", err)
+		}
+		rt, err := Decode(again)
+		if err != nil {
+			t.Fatalf("round trip: %v\n%s", err, again)
+		}
+		// workers is omitempty: [] comes back as absent (nil).
+		if len(dt.Workers) == 0 {
+			dt.Workers = nil
+		}
+		if !reflect.DeepEqual(dt, rt) {
+			t.Fatalf("round trip changed the template:\n%+v\n%+v", dt, rt)
+		}
+	})
+}

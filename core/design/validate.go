@@ -1,0 +1,314 @@
+package design
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/santhosh-tekuri/jsonschema/v6/kind"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// MaxTemplateBytes is the largest template accepted from a file, the cache or
+// the design layer.
+const MaxTemplateBytes = 1 << 20
+
+// builtinTools are the tools accepted when Validator.KnownTool is nil.
+var builtinTools = []string{"file_append", "sleep_ms", "agent_manager", "approval_request", "approach_record"}
+
+// BuiltinTools returns the tool names accepted when no tool registry is
+// given: file_append, sleep_ms, agent_manager, approval_request,
+// approach_record.
+func BuiltinTools() []string { return slices.Clone(builtinTools) }
+
+// Validator checks templates against template.schema.json and the rules a
+// schema cannot state. The zero Validator accepts the built-in tools. A
+// Validator is a value and safe for concurrent use.
+type Validator struct {
+	// KnownTool reports whether the tool registry has a tool of this name.
+	// Nil accepts the names BuiltinTools returns.
+	KnownTool func(name string) (ok bool)
+}
+
+func (v Validator) knownTool(name string) bool {
+	if v.KnownTool != nil {
+		return v.KnownTool(name)
+	}
+	return slices.Contains(builtinTools, name)
+}
+
+// Validate checks one template on its own: JSON syntax, the schema, known
+// tools and role rules. It does not check the rules that need a set (workers
+// exist, unique names) or a file name; Load and LoadDir do. file names the
+// template in errors. The error, when not nil, is a ValidationErrors.
+func (v Validator) Validate(file string, data []byte) (*Template, error) {
+	t, errs := v.check(file, data)
+	sortErrors(errs)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	return t, nil
+}
+
+// CheckTemplate validates a template built in Go by encoding it and running
+// Validate on the result; label names it in errors.
+func (v Validator) CheckTemplate(label string, t *Template) error {
+	data, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrInvalidTemplate, label, err)
+	}
+	_, err = v.Validate(label, data)
+	return err
+}
+
+// check runs every single-template rule and returns the decoded template
+// only when there is no error. Errors are not sorted.
+func (v Validator) check(file string, data []byte) (*Template, ValidationErrors) {
+	if len(data) > MaxTemplateBytes {
+		return nil, ValidationErrors{{File: file, Rule: RuleSize,
+			Message: fmt.Sprintf("%d bytes, larger than the %d byte limit", len(data), MaxTemplateBytes)}}
+	}
+	doc, err := parseJSON(data)
+	if err != nil {
+		return nil, ValidationErrors{{File: file, Rule: RuleSyntax, Message: err.Error()}}
+	}
+	sch, err := compiledSchema()
+	if err != nil {
+		// The embedded schema is part of the build; TestSchemaCompiles
+		// keeps this unreachable.
+		return nil, ValidationErrors{{File: file, Rule: "schema", Message: err.Error()}}
+	}
+	var errs ValidationErrors
+	if err := sch.Validate(doc); err != nil {
+		errs = append(errs, schemaErrors(file, err)...)
+	}
+	errs = append(errs, v.goRules(file, doc)...)
+	if len(errs) > 0 {
+		return nil, errs
+	}
+	// The schema passed, so the shape is right; what may still fail is a
+	// number the schema calls an integer but Go cannot hold (1.0, 1e3).
+	t, err := Decode(data)
+	if err != nil {
+		return nil, ValidationErrors{decodeError(file, err)}
+	}
+	return t, nil
+}
+
+// goRules checks what the schema cannot: tools against the registry and
+// workers only on a master. It reads the generic document so that it also
+// reports on templates the schema rejected for other reasons.
+func (v Validator) goRules(file string, doc any) ValidationErrors {
+	obj, ok := doc.(map[string]any)
+	if !ok {
+		return nil
+	}
+	var errs ValidationErrors
+	if tools, ok := obj["tools"].([]any); ok {
+		for i, x := range tools {
+			name, ok := x.(string)
+			if !ok || name == "" || v.knownTool(name) {
+				continue
+			}
+			errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/tools/%d", i), Rule: RuleUnknownTool,
+				Message: fmt.Sprintf("tool %q is not in the tool registry", name)})
+		}
+	}
+	if role, _ := obj["role"].(string); role == RoleWorker {
+		if ws, ok := obj["workers"].([]any); ok && len(ws) > 0 {
+			errs = append(errs, ValidationError{File: file, Path: "/workers", Rule: RuleWorkersOnWorker,
+				Message: "only a master template names workers"})
+		}
+	}
+	return errs
+}
+
+// parseJSON decodes data into the generic form the schema validator wants
+// (numbers as json.Number), with errors that say where the syntax breaks.
+func parseJSON(data []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var doc any
+	if err := dec.Decode(&doc); err != nil {
+		return nil, syntaxMessage(data, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		off := dec.InputOffset()
+		line, col := position(data, off)
+		return nil, fmt.Errorf("line %d, column %d: data after the template's closing brace", line, col)
+	}
+	return doc, nil
+}
+
+func syntaxMessage(data []byte, err error) error {
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &se):
+		line, col := position(data, se.Offset)
+		return fmt.Errorf("line %d, column %d: %v", line, col, se)
+	case errors.Is(err, io.EOF) && len(bytes.TrimSpace(data)) == 0:
+		return errors.New("empty file")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		line, col := position(data, int64(len(data)))
+		return fmt.Errorf("line %d, column %d: unexpected end of JSON input", line, col)
+	default:
+		return err
+	}
+}
+
+// position converts a byte offset into a 1-based line and column.
+func position(data []byte, off int64) (line, col int) {
+	if off > int64(len(data)) {
+		off = int64(len(data))
+	}
+	before := data[:off]
+	line = bytes.Count(before, []byte("\n")) + 1
+	col = int(off) - (bytes.LastIndexByte(before, '\n') + 1)
+	if col < 1 {
+		col = 1
+	}
+	return line, col
+}
+
+// decodeError converts a strict-decode failure that the schema let through.
+func decodeError(file string, err error) ValidationError {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		p := ""
+		if te.Field != "" {
+			p = "/" + strings.ReplaceAll(te.Field, ".", "/")
+		}
+		return ValidationError{File: file, Path: p, Rule: RuleDecode,
+			Message: fmt.Sprintf("got %s, want %s", te.Value, goTypeName(te.Type.Kind().String()))}
+	}
+	return ValidationError{File: file, Rule: RuleDecode, Message: strings.TrimPrefix(err.Error(), ErrInvalidTemplate.Error()+": ")}
+}
+
+func goTypeName(k string) string {
+	if strings.HasPrefix(k, "int") {
+		return "a 32-bit integer"
+	}
+	return k
+}
+
+var printer = message.NewPrinter(language.English)
+
+// schemaErrors flattens a jsonschema error tree into one ValidationError per
+// leaf, pointing at the offending member: a missing or unknown field is
+// reported at its own path, not at its parent object.
+func schemaErrors(file string, err error) ValidationErrors {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return ValidationErrors{{File: file, Rule: "schema", Message: err.Error()}}
+	}
+	var out ValidationErrors
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if len(e.Causes) > 0 {
+			for _, c := range e.Causes {
+				walk(c)
+			}
+			return
+		}
+		out = append(out, leafErrors(file, e)...)
+	}
+	walk(ve)
+	return out
+}
+
+func leafErrors(file string, e *jsonschema.ValidationError) ValidationErrors {
+	at := jsonPointer(e.InstanceLocation)
+	mk := func(path, rule, msg string) ValidationError {
+		return ValidationError{File: file, Path: path, Rule: rule, Message: msg}
+	}
+	switch k := e.ErrorKind.(type) {
+	case *kind.Required:
+		var out ValidationErrors
+		for _, m := range k.Missing {
+			out = append(out, mk(at+"/"+escapePointer(m), "required", "missing required field"))
+		}
+		return out
+	case *kind.AdditionalProperties:
+		var out ValidationErrors
+		for _, p := range k.Properties {
+			out = append(out, mk(at+"/"+escapePointer(p), "additionalProperties", "unknown field"))
+		}
+		return out
+	case *kind.Enum:
+		want := make([]string, len(k.Want))
+		for i, w := range k.Want {
+			want[i] = fmt.Sprintf("%q", fmt.Sprint(w))
+		}
+		return ValidationErrors{mk(at, "enum", fmt.Sprintf("got %s, want one of %s", display(k.Got), strings.Join(want, ", ")))}
+	case *kind.Type:
+		return ValidationErrors{mk(at, "type", fmt.Sprintf("got %s, want %s", k.Got, strings.Join(k.Want, " or ")))}
+	case *kind.Minimum:
+		if k.Want.IsInt() && k.Want.Num().IsInt64() && k.Want.Num().Int64() == 1 {
+			return ValidationErrors{mk(at, "minimum", fmt.Sprintf("must be a positive integer, got %s", k.Got.RatString()))}
+		}
+		return ValidationErrors{mk(at, "minimum", fmt.Sprintf("must be at least %s, got %s", k.Want.RatString(), k.Got.RatString()))}
+	case *kind.Maximum:
+		return ValidationErrors{mk(at, "maximum", fmt.Sprintf("must be at most %s, got %s", k.Want.RatString(), k.Got.RatString()))}
+	case *kind.FalseSchema:
+		return ValidationErrors{mk(at, "not_allowed", "not allowed here")}
+	}
+	rule := "schema"
+	if kw := e.ErrorKind.KeywordPath(); len(kw) > 0 {
+		rule = kw[0]
+	}
+	return ValidationErrors{mk(at, rule, e.ErrorKind.LocalizedString(printer))}
+}
+
+func display(v any) string {
+	switch v := v.(type) {
+	case string:
+		return fmt.Sprintf("%q", v)
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// jsonPointer builds an RFC 6901 pointer from reference tokens.
+func jsonPointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(escapePointer(t))
+	}
+	return b.String()
+}
+
+func escapePointer(t string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(t)
+}
+
+// sortErrors orders errors by file, then path, rule and message, so that
+// output is stable whatever order the checks ran in.
+func sortErrors(es ValidationErrors) {
+	sort.SliceStable(es, func(i, j int) bool {
+		a, b := es[i], es[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Path != b.Path {
+			return a.Path < b.Path
+		}
+		if a.Rule != b.Rule {
+			return a.Rule < b.Rule
+		}
+		return a.Message < b.Message
+	})
+}
