@@ -32,6 +32,7 @@ type runFlags struct {
 	store    string
 	listen   string
 	token    string
+	design   designFlags
 }
 
 func init() {
@@ -51,6 +52,7 @@ func init() {
 	fl.StringVar(&f.store, "store", envOr("OPENSTARRY_STORE", ""), "snapshot store URL; default the template's, else bbolt:// under the data directory (env OPENSTARRY_STORE)")
 	fl.StringVar(&f.listen, "listen", envOr("OPENSTARRY_LISTEN", "127.0.0.1:7777"), "HTTP listen address; empty disables HTTP (env OPENSTARRY_LISTEN)")
 	fl.StringVar(&f.token, "token", envOr("OPENSTARRY_API_TOKEN", ""), "bearer token required for HTTP requests from off loopback (env OPENSTARRY_API_TOKEN)")
+	f.design.bind(fl)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -85,7 +87,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 	if f.listen != "" && f.token == "" && !loopbackAddr(f.listen) {
 		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_API_TOKEN) so the API is not open to the network", f.listen)
 	}
-	res, err := resolveTemplate(ctx, f.template, f.data)
+	res, err := f.design.resolveTemplate(ctx, f.template, f.data)
 	if err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 	log.Info().Str("agent", f.agent).Str("template", res.Template.Name).Str("template_version", res.Template.Version).
 		Str("store", orDefault(storeURL, "bbolt://")).Str("data", f.data).Str("version", version).Msg("starting agent")
 	rt, err := host.Start(ctx, host.Agent{
-		ID: f.agent, Template: res.Template, Vars: res.Vars, Store: st, DataDir: f.data, Log: log,
+		ID: f.agent, Template: res.Template, Vars: res.Vars(), Store: st, DataDir: f.data, Log: log,
 	})
 	if err != nil {
 		return lockedExit(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 func init() {
@@ -22,7 +23,7 @@ func init() {
 // A nil KnownTool accepts design.BuiltinTools(); when the tool registry
 // covers every built-in, pass its lookup here.
 func templateValidator() design.Validator {
-	return design.Validator{}
+	return design.Validator{KnownTool: tool.Known}
 }
 
 func newTemplatesCmd() *cobra.Command {
