@@ -124,6 +124,23 @@ func Encode(s *Snapshot) ([]byte, error) {
 	return json.Marshal(s)
 }
 
+// MarshalJSON writes the contract JSON: the specification's lists and maps
+// are always present, as [] and {} when empty, never null.
+func (s Snapshot) MarshalJSON() ([]byte, error) {
+	type plain Snapshot // no methods: no recursion
+	p := plain(s)
+	if p.Memory.ShortTermHistory == nil {
+		p.Memory.ShortTermHistory = []Message{}
+	}
+	if p.Memory.WorkingVariables == nil {
+		p.Memory.WorkingVariables = map[string]any{}
+	}
+	if p.EventQueueBackup == nil {
+		p.EventQueueBackup = []Event{}
+	}
+	return json.Marshal(p)
+}
+
 // Decode parses contract JSON, written by this or any older version, and
 // validates it. Unknown fields are rejected so that a mistyped hand edit
 // is reported rather than silently dropped.
@@ -180,9 +197,9 @@ func New(agentID string, nowMs int64) *Snapshot {
 // immutable once appended, so they are shared; everything else is copied.
 func (s *Snapshot) Clone() *Snapshot {
 	c := *s
-	c.Memory.ShortTermHistory = append([]Message(nil), s.Memory.ShortTermHistory...)
+	c.Memory.ShortTermHistory = append(make([]Message, 0, len(s.Memory.ShortTermHistory)), s.Memory.ShortTermHistory...)
 	c.Memory.WorkingVariables = cloneVars(s.Memory.WorkingVariables)
-	c.EventQueueBackup = append([]Event(nil), s.EventQueueBackup...)
+	c.EventQueueBackup = append(make([]Event, 0, len(s.EventQueueBackup)), s.EventQueueBackup...)
 	c.Outbox = append([]Result(nil), s.Outbox...)
 	c.RecentEventIDs = append([]string(nil), s.RecentEventIDs...)
 	if s.PendingAction != nil {

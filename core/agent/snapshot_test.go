@@ -173,3 +173,17 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 	})
 }
+
+func TestEmptyListsAreNotNull(t *testing.T) {
+	for _, s := range []*Snapshot{{AgentID: "a", Status: StatusStopped}, New("a", 1).Clone()} {
+		out, err := Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{`"short_term_history":[]`, `"working_variables":{}`, `"event_queue_backup":[]`} {
+			if !strings.Contains(string(out), want) {
+				t.Errorf("%s missing from %s", want, out)
+			}
+		}
+	}
+}
