@@ -42,15 +42,18 @@
 // # Cost of a Save
 //
 // A Save does not grow with the history or the queue: the kernel only appends
-// at their ends and drops from their fronts, so a Save writes the new record,
-// the elements appended since the previous Save, and deletes the elements and
-// the generation that no snapshot references any more. Only a list that is
-// not such a continuation of the previous Save (the kernel replaced it, or
-// the store has no memory of the previous Save because it was just opened
-// without a Load) is written in full, under fresh keys. With the bbolt
-// options used (no freelist written at commit, hashmap freelist, 1 MiB
-// initial mapping and growth) a Save costs bbolt's two fdatasyncs and a
-// handful of pages; bench_test.go measures it.
+// at their ends and drops from their fronts, so a Save writes the new record
+// and the elements appended since the previous Save, and deletes the
+// generation no longer kept. Dropped elements are deleted 32 at a time (at
+// once while the agent fits one page), so that most Saves write only the
+// last page of the lists. Only a list that is not such a continuation of
+// the previous Save (the kernel replaced it, or the store has no memory of
+// the previous Save because the file was just opened without a Load) is
+// written in full, under fresh keys. The store checks the continuation by
+// the checksums of the first and the last element the two Saves share, and
+// otherwise relies on the kernel's promise never to change an element once
+// appended. A Save costs bbolt's two fdatasyncs and three to five pages
+// (one of them bbolt's meta page); bench_test.go measures it.
 //
 // # Generations and corruption
 //

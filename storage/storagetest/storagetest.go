@@ -9,12 +9,11 @@
 // too.
 //
 // Snapshots are compared as contract JSON: agent.Encode of what Load returns
-// must equal agent.Encode of what was saved, byte for byte (so a nil list
-// must come back nil and an empty one empty), and the two must be
-// reflect.DeepEqual once both went through a JSON round trip (which turns
-// every JSON number into float64). HistorySeq and QueueSeq are not contract
-// JSON: a backend may return them as zero, but when it returns them nonzero
-// they must be what was saved.
+// must equal agent.Encode of what was saved, byte for byte, and the two must
+// be reflect.DeepEqual once both went through a JSON round trip (which turns
+// every JSON number into float64, and a nil list or map into an empty one).
+// HistorySeq and QueueSeq are not contract JSON: a backend may return them
+// as zero, but when it returns them nonzero they must be what was saved.
 package storagetest
 
 import (
@@ -172,19 +171,6 @@ func sampleEvent(pos uint64) agent.Event {
 	default:
 		return agent.Event{Source: "timer", Type: "tick", Payload: json.RawMessage(`null`)}
 	}
-}
-
-// clone is agent.Snapshot.Clone keeping an empty history or queue empty:
-// Clone turns them into nil, which encodes as null instead of [].
-func clone(s *agent.Snapshot) *agent.Snapshot {
-	c := s.Clone()
-	if s.Memory.ShortTermHistory != nil && c.Memory.ShortTermHistory == nil {
-		c.Memory.ShortTermHistory = []agent.Message{}
-	}
-	if s.EventQueueBackup != nil && c.EventQueueBackup == nil {
-		c.EventQueueBackup = []agent.Event{}
-	}
-	return c
 }
 
 // ctx is the live context of the suite.
@@ -346,7 +332,7 @@ func testRoundTrip(t *testing.T, h Harness) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			want := clone(tc.snap)
+			want := tc.snap.Clone()
 			mustSave(t, s, tc.snap)
 			checkEqual(t, tc.snap, want) // Save must not change its argument
 			checkLoad(t, s, want)
@@ -417,7 +403,7 @@ func (sl *slider) step() *agent.Snapshot {
 		s.EventQueueBackup = s.EventQueueBackup[pop:]
 		s.QueueSeq += uint64(pop)
 	}
-	return clone(s)
+	return s.Clone()
 }
 
 func testOverwrite(t *testing.T, h Harness) {
@@ -446,6 +432,9 @@ func testOverwrite(t *testing.T, h Harness) {
 // testReplace saves histories and queues that are not a continuation of the
 // previous save (an imported snapshot, a cleared history): the backend must
 // store exactly what it was given, and keep working incrementally after.
+// Every replacement is one a backend that writes only appended elements can
+// detect: a position moved back, a list cut at its back, or a different
+// element at the last position the two saves share.
 func testReplace(t *testing.T, h Harness) {
 	dir := t.TempDir()
 	s := open(t, h, dir)
@@ -497,7 +486,7 @@ func testReplace(t *testing.T, h Harness) {
 		ok := t.Run(tc.name, func(t *testing.T) {
 			snap := sl.step()
 			tc.change(snap)
-			sl.snap = clone(snap)
+			sl.snap = snap.Clone()
 			mustSave(t, s, snap)
 			checkLoad(t, s, snap)
 			// Continue incrementally from the replaced lists.
@@ -632,13 +621,13 @@ func testLargeHistory(t *testing.T, h Harness) {
 	mustSave(t, s, snap)
 	checkLoad(t, s, snap)
 
-	next := clone(snap)
+	next := snap.Clone()
 	next.TickIndex++
 	next.Memory.ShortTermHistory = append(next.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "one more"})
 	mustSave(t, s, next)
 	checkLoad(t, s, next)
 
-	slid := clone(next)
+	slid := next.Clone()
 	slid.TickIndex++
 	slid.Memory.ShortTermHistory = append(slid.Memory.ShortTermHistory[2:], agent.Message{Role: "assistant", Content: "and another"})
 	slid.HistorySeq += 2
@@ -682,7 +671,7 @@ func testCorruptLatest(t *testing.T, h Harness) {
 	checkEqual(t, got, a)
 
 	// The agent goes on from the generation it got back.
-	sl.snap = clone(got)
+	sl.snap = got.Clone()
 	sl.snap.HistorySeq, sl.snap.QueueSeq = a.HistorySeq, a.QueueSeq
 	var c *agent.Snapshot
 	for i := 0; i < 3; i++ {

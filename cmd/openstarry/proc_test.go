@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// binPath is the openstarry binary built once for the tests that run it as
+// a child process.
+var binPath string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "openstarry-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "openstarry")
+	build := exec.Command("go", "build", "-o", binPath, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building openstarry: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// child is one running openstarry process whose log is captured.
+type child struct {
+	t    *testing.T
+	cmd  *exec.Cmd
+	mu   sync.Mutex
+	log  bytes.Buffer
+	addr chan string
+	done chan struct{}
+	err  error
+}
+
+var listenRe = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
+
+// startChild runs openstarry with args and waits until its HTTP listener is
+// up (when waitListen) or it exits.
+func startChild(t *testing.T, waitListen bool, args ...string) *child {
+	t.Helper()
+	c := &child{t: t, addr: make(chan string, 1), done: make(chan struct{})}
+	c.cmd = exec.Command(binPath, args...)
+	c.cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
+	stderr, err := c.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stdout = io.Discard
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			c.mu.Lock()
+			c.log.WriteString(line + "\n")
+			c.mu.Unlock()
+			if m := listenRe.FindStringSubmatch(line); m != nil {
+				select {
+				case c.addr <- m[1]:
+				default:
+				}
+			}
+		}
+		c.err = c.cmd.Wait()
+		close(c.done)
+	}()
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+func (c *child) url() string {
+	c.t.Helper()
+	select {
+	case a := <-c.addr:
+		c.addr <- a
+		return a
+	case <-c.done:
+		c.t.Fatalf("openstarry exited before listening: %v\n%s", c.err, c.logs())
+	case <-time.After(20 * time.Second):
+		c.t.Fatalf("openstarry did not start listening\n%s", c.logs())
+	}
+	return ""
+}
+
+func (c *child) logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.log.String()
+}
+
+func (c *child) kill() {
+	if c.cmd.Process != nil {
+		_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-c.done
+}
+
+func (c *child) wait(timeout time.Duration) (int, error) {
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		return -1, fmt.Errorf("still running after %s", timeout)
+	}
+	if ee, ok := c.err.(*exec.ExitError); ok {
+		return ee.ExitCode(), nil
+	}
+	if c.err != nil {
+		return -1, c.err
+	}
+	return 0, nil
+}
+
+var httpc = &http.Client{Timeout: 10 * time.Second}
+
+func postTask(ctx context.Context, base, agentID string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/agents/"+agentID+"/tasks", bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, err := httpc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+type taskState struct {
+	TaskID    string          `json:"task_id"`
+	Status    string          `json:"status"`
+	Output    json.RawMessage `json:"output"`
+	Error     string          `json:"error"`
+	TickIndex uint64          `json:"tick_index"`
+}
+
+func getTask(base, agentID, taskID string) (int, taskState, error) {
+	resp, err := httpc.Get(base + "/agents/" + agentID + "/tasks/" + taskID)
+	if err != nil {
+		return 0, taskState{}, err
+	}
+	defer resp.Body.Close()
+	var st taskState
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	return resp.StatusCode, st, err
+}
+
+func appendTask(id, file string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"task_id": id,
+		"type":    "test",
+		"input": map[string]any{"call": []map[string]any{
+			{"tool": "file_append", "args": map[string]string{"file": file, "line": "line " + id}},
+		}},
+	})
+	return b
+}
+
+func countLines(t *testing.T, path string) map[string]int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	for _, l := range strings.Split(strings.TrimRight(string(data), "\n"), "\n") {
+		if l != "" {
+			counts[l]++
+		}
+	}
+	return counts
+}

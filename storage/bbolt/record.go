@@ -1,0 +1,248 @@
+package bbolt
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// Layout of one agent's file. Everything of the snapshot lives in one bucket
+// so that a Save dirties as few pages as possible; the key's first byte says
+// what the value is, and the prefixes sort so that the tail of the history,
+// the queue and the generation records are neighbours:
+//
+//	snapshot bucket
+//	  'h' + 8-byte big-endian key   one history message (contract JSON), framed
+//	  'q' + 8-byte big-endian key   one queued event (contract JSON), framed
+//	  'r' + 8-byte big-endian gen   a generation record (see record), framed
+//	tasks bucket
+//	  'i' + task_id                 8-byte result seq + the Result's JSON, framed
+//	  'n'                           8-byte count of the 't' entries, framed
+//	  't' + 8-byte ms + 8-byte seq  the task_id finished then, framed
+//
+// The element keys are internal to this backend: a record maps them to the
+// kernel's positions (Snapshot.HistorySeq, QueueSeq), so that a history the
+// kernel replaced wholesale can be written under fresh keys while the
+// previous generation still points at the old ones.
+var (
+	bucketSnapshot = []byte("snapshot")
+	bucketTasks    = []byte("tasks")
+)
+
+const (
+	prefixHistory byte = 'h'
+	prefixQueue   byte = 'q'
+	prefixRecord  byte = 'r'
+
+	prefixTaskByID   byte = 'i'
+	keyTaskCount     byte = 'n'
+	prefixTaskByTime byte = 't'
+)
+
+// castagnoli is the CRC-32C table of every frame.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// A frame wraps every value this backend stores:
+//
+//	[0:4]  CRC-32C, big-endian, of the key followed by bytes [4:]
+//	[4:8]  length of the payload, big-endian
+//	[8:]   payload
+//
+// Covering the key means a value found under the wrong key fails too.
+const frameHeader = 8
+
+// errBadFrame is the cause of every frame that fails its checks; Load turns
+// it into a skipped generation or plugin.ErrCorrupt.
+var errBadFrame = errors.New("bad frame")
+
+// appendFrame appends the frame of payload stored under key to dst.
+func appendFrame(dst, key, payload []byte) []byte {
+	off := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)))
+	dst = append(dst, payload...)
+	sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, dst[off+4:])
+	binary.BigEndian.PutUint32(dst[off:], sum)
+	return dst
+}
+
+// openFrame checks the frame stored under key and returns its payload,
+// which aliases value.
+func openFrame(key, value []byte) ([]byte, error) {
+	if len(value) < frameHeader {
+		return nil, fmt.Errorf("%w: %d bytes, shorter than its header", errBadFrame, len(value))
+	}
+	n := binary.BigEndian.Uint32(value[4:8])
+	if uint64(n) != uint64(len(value)-frameHeader) {
+		return nil, fmt.Errorf("%w: length says %d bytes of payload, there are %d", errBadFrame, n, len(value)-frameHeader)
+	}
+	want := binary.BigEndian.Uint32(value[0:4])
+	if got := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, value[4:]); got != want {
+		return nil, fmt.Errorf("%w: checksum %08x, want %08x", errBadFrame, got, want)
+	}
+	return value[frameHeader:], nil
+}
+
+// sum is the checksum of one element's payload kept in listRange.LastSum.
+func sum(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+
+// key returns prefix followed by n in big-endian.
+func key(prefix byte, n uint64) []byte {
+	var k [9]byte
+	k[0] = prefix
+	binary.BigEndian.PutUint64(k[1:], n)
+	return k[:]
+}
+
+// keyNum returns the number of a key made by key, and false for any other key
+// of the prefix.
+func keyNum(prefix byte, k []byte) (uint64, bool) {
+	if len(k) != 9 || k[0] != prefix {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), true
+}
+
+// listRange places one of the snapshot's lists (the history or the queue) in
+// the file: element i of the list is stored under key Start+i.
+type listRange struct {
+	Seq     uint64 // kernel position of element 0 (Snapshot.HistorySeq or QueueSeq)
+	Start   uint64 // backend key of element 0
+	Count   uint64 // number of elements
+	LastSum uint32 // sum of the last element's payload; 0 when Count is 0
+	Nil     bool   // the list was nil rather than empty (Load gives back what Save got)
+}
+
+// end is the key after the last element.
+func (r listRange) end() uint64 { return r.Start + r.Count }
+
+// maxKey bounds element keys, so that Start+Count never overflows.
+const maxKey = math.MaxUint64 / 2
+
+// record is one generation of an agent's snapshot: the snapshot without its
+// history and queue, and where those are.
+type record struct {
+	Gen     uint64
+	History listRange
+	Queue   listRange
+	// TaskNext is one more than the highest Result.Seq indexed in the task
+	// index: results of the outbox with a Seq at least TaskNext are new.
+	TaskNext uint64
+	// Snap is the snapshot without history and queue. Only decodeRecord sets
+	// it; the per-agent cache leaves it nil.
+	Snap *agent.Snapshot
+}
+
+const (
+	recordVersion = 1
+	// recordHeader is the binary part of a record's payload: version, Gen,
+	// two listRanges and TaskNext. The contract JSON of the snapshot, without
+	// history and queue, follows it.
+	recordHeader = 1 + 8 + 2*rangeSize + 8
+	rangeSize    = 8 + 8 + 8 + 4 + 1
+)
+
+// encodeRecord appends the framed record r, with body the contract JSON of
+// the snapshot without its lists, to dst.
+func encodeRecord(dst []byte, r *record, body []byte) []byte {
+	p := make([]byte, 0, recordHeader+len(body))
+	p = append(p, recordVersion)
+	p = binary.BigEndian.AppendUint64(p, r.Gen)
+	p = appendRange(p, r.History)
+	p = appendRange(p, r.Queue)
+	p = binary.BigEndian.AppendUint64(p, r.TaskNext)
+	p = append(p, body...)
+	return appendFrame(dst, key(prefixRecord, r.Gen), p)
+}
+
+func appendRange(p []byte, r listRange) []byte {
+	p = binary.BigEndian.AppendUint64(p, r.Seq)
+	p = binary.BigEndian.AppendUint64(p, r.Start)
+	p = binary.BigEndian.AppendUint64(p, r.Count)
+	p = binary.BigEndian.AppendUint32(p, r.LastSum)
+	var flags byte
+	if r.Nil {
+		flags = 1
+	}
+	return append(p, flags)
+}
+
+func readRange(p []byte) (listRange, error) {
+	r := listRange{
+		Seq:     binary.BigEndian.Uint64(p[0:]),
+		Start:   binary.BigEndian.Uint64(p[8:]),
+		Count:   binary.BigEndian.Uint64(p[16:]),
+		LastSum: binary.BigEndian.Uint32(p[24:]),
+	}
+	switch p[28] {
+	case 0:
+	case 1:
+		r.Nil = true
+	default:
+		return r, fmt.Errorf("unknown list flags %#x", p[28])
+	}
+	switch {
+	case r.Start > maxKey || r.Count > maxKey-r.Start:
+		return r, fmt.Errorf("list keys %d+%d out of range", r.Start, r.Count)
+	case r.Nil && r.Count != 0:
+		return r, fmt.Errorf("nil list with %d elements", r.Count)
+	case r.Count > math.MaxUint64-r.Seq:
+		return r, fmt.Errorf("list positions %d+%d overflow", r.Seq, r.Count)
+	}
+	return r, nil
+}
+
+// decodeRecord checks and decodes the record stored under k. It never
+// panics, whatever the bytes (FuzzDecodeRecord holds it to that).
+func decodeRecord(k, value []byte) (*record, error) {
+	gen, ok := keyNum(prefixRecord, k)
+	if !ok {
+		return nil, fmt.Errorf("%w: %x is not a record key", errBadFrame, k)
+	}
+	p, err := openFrame(k, value)
+	if err != nil {
+		return nil, err
+	}
+	if len(p) < recordHeader {
+		return nil, fmt.Errorf("%w: record of %d bytes, shorter than its header", errBadFrame, len(p))
+	}
+	if p[0] != recordVersion {
+		return nil, fmt.Errorf("%w: record version %d, this build reads %d", errBadFrame, p[0], recordVersion)
+	}
+	r := &record{Gen: binary.BigEndian.Uint64(p[1:])}
+	if r.Gen != gen {
+		return nil, fmt.Errorf("%w: record of generation %d stored as generation %d", errBadFrame, r.Gen, gen)
+	}
+	if r.History, err = readRange(p[9:]); err != nil {
+		return nil, fmt.Errorf("%w: history: %v", errBadFrame, err)
+	}
+	if r.Queue, err = readRange(p[9+rangeSize:]); err != nil {
+		return nil, fmt.Errorf("%w: queue: %v", errBadFrame, err)
+	}
+	r.TaskNext = binary.BigEndian.Uint64(p[9+2*rangeSize:])
+	var s agent.Snapshot
+	if err := json.Unmarshal(p[recordHeader:], &s); err != nil {
+		return nil, fmt.Errorf("%w: snapshot JSON: %v", errBadFrame, err)
+	}
+	// The lists live under their own keys; the body has them empty.
+	if len(s.Memory.ShortTermHistory) != 0 || len(s.EventQueueBackup) != 0 {
+		return nil, fmt.Errorf("%w: record holds a history or a queue", errBadFrame)
+	}
+	s.Memory.ShortTermHistory, s.EventQueueBackup = nil, nil
+	s.HistorySeq, s.QueueSeq = r.History.Seq, r.Queue.Seq
+	r.Snap = &s
+	return r, nil
+}
+
+// recordBody returns the contract JSON of s without its history and queue.
+func recordBody(s *agent.Snapshot) ([]byte, error) {
+	bare := *s
+	bare.Memory.ShortTermHistory = nil
+	bare.EventQueueBackup = nil
+	return agent.Encode(&bare)
+}

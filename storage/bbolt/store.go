@@ -1,0 +1,846 @@
+package bbolt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+)
+
+// FileName is the name of an agent's file inside its directory.
+const FileName = "state.db"
+
+// DefaultLockTimeout is how long opening an agent's file waits for another
+// process's lock by default.
+const DefaultLockTimeout = 100 * time.Millisecond
+
+// pruneLimit bounds the task index entries one Save deletes, so that a
+// Save's cost stays bounded however far behind retention is.
+const pruneLimit = 64
+
+// tuning is how a Store drives bbolt. BenchmarkTuning measures what each
+// choice of defaultTuning buys.
+type tuning struct {
+	bolt bolt.Options
+	// allocSize is how much a file grows by once it is larger than its
+	// mapping (bolt.DB.AllocSize); every growth costs a truncate and an
+	// extra fsync.
+	allocSize int
+	// fillPercent is how full bbolt packs a page it splits
+	// (bolt.Bucket.FillPercent).
+	fillPercent float64
+	// dropBatch is how many dropped elements of a list wait before they are
+	// deleted, so that most Saves do not write the page at the front of the
+	// list as well as the one at its back. While all of an agent's snapshot
+	// fits one page they are deleted at once, since that page is written
+	// anyway.
+	dropBatch uint64
+}
+
+func defaultTuning() tuning {
+	return tuning{
+		bolt: bolt.Options{
+			// The freelist is rebuilt by walking the file at open instead
+			// of written at every commit: one page less per Save.
+			NoFreelistSync: true,
+			FreelistType:   bolt.FreelistMapType,
+			// The first mapping, so that small agents never remap. On
+			// Linux it does not grow the file.
+			InitialMmapSize: 1 << 20,
+		},
+		allocSize: 1 << 20,
+		// Keys are only ever appended in order (history, queue,
+		// generations), so a split page is packed fuller than bbolt's half.
+		// Not fuller than 70%: what is left for the new last page must stay
+		// above bbolt's rebalance threshold (a quarter page), or the next
+		// Save, which deletes a generation record there, merges it back
+		// and splits it again.
+		fillPercent: 0.7,
+		dropBatch:   32,
+	}
+}
+
+// Options configures a Store. The zero value is usable.
+type Options struct {
+	// Logger receives the store's warnings: a corrupt generation skipped by
+	// Load, a result that could not be indexed. The zero Logger discards.
+	Logger zerolog.Logger
+
+	// Retention bounds the task index of each agent: how many results it
+	// keeps (MaxTasks) and for how long after they finished (MaxAgeMs,
+	// milliseconds, measured against the Timestamp of the snapshot being
+	// saved). A zero field takes plugin.DefaultRetention's value (10,000
+	// tasks, 7 days); a negative one means no bound. Each Save deletes at
+	// most 64 entries beyond retention.
+	Retention plugin.Retention
+
+	// LockTimeout is how long opening an agent's file waits for another
+	// process to release it before failing with plugin.ErrLocked. Zero means
+	// DefaultLockTimeout (100ms); negative means do not wait at all.
+	LockTimeout time.Duration
+
+	// tune, when set, changes the default tuning; benchmarks use it.
+	tune func(*tuning)
+}
+
+// Store is the bbolt storage backend: one bbolt file per agent under one
+// directory. It is safe for concurrent use; operations on different agents
+// run in parallel, operations on one agent one at a time.
+type Store struct {
+	dir  string // absolute
+	opts Options
+	tune tuning
+	log  zerolog.Logger
+
+	mu     sync.Mutex // guards agents and closed
+	agents map[string]*agentStore
+	closed bool
+}
+
+// agentStore is one agent's file. Its mutex serialises every operation on the
+// agent, including opening and closing the file.
+type agentStore struct {
+	id   string
+	path string // {dir}/{id}/state.db
+
+	mu     sync.Mutex // guards the fields below
+	db     *bolt.DB   // nil until the first operation that needs it, after Delete and after Close
+	closed bool       // set by Store.Close; every later operation fails with ErrClosed
+	// cache is the generation last saved or loaded: what the next Save
+	// appends to. Nil when unknown (nothing loaded or saved yet since the
+	// file was opened, or the last Save failed), which makes the next Save
+	// rewrite the lists in full.
+	cache *state
+}
+
+// state is what an agentStore remembers of the generation it saved or loaded
+// last: its record (without the snapshot) and the sum of every element of
+// its lists, in order, so that the next Save can tell a continuation of the
+// lists from a replacement.
+type state struct {
+	rec         record
+	hist, queue []uint32
+}
+
+// Open returns the store rooted at dir, creating the directory (0o750) if
+// needed. Agents' files are opened lazily, on their first Load, Save,
+// Delete or TaskResult, and stay open, and locked, until Close.
+func Open(dir string, opts Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("bbolt: open: empty directory")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("bbolt: open %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return nil, fmt.Errorf("bbolt: open: %w", err)
+	}
+	if fi, err := os.Stat(abs); err != nil {
+		return nil, fmt.Errorf("bbolt: open: %w", err)
+	} else if !fi.IsDir() {
+		return nil, fmt.Errorf("bbolt: open: %s is not a directory", abs)
+	}
+	def := plugin.DefaultRetention
+	if opts.Retention.MaxTasks == 0 {
+		opts.Retention.MaxTasks = def.MaxTasks
+	}
+	if opts.Retention.MaxAgeMs == 0 {
+		opts.Retention.MaxAgeMs = def.MaxAgeMs
+	}
+	switch {
+	case opts.LockTimeout == 0:
+		opts.LockTimeout = DefaultLockTimeout
+	case opts.LockTimeout < 0:
+		opts.LockTimeout = time.Nanosecond // bbolt: 0 would wait forever
+	}
+	st := &Store{
+		dir:    abs,
+		opts:   opts,
+		tune:   defaultTuning(),
+		log:    opts.Logger.With().Str("store", "bbolt").Logger(),
+		agents: map[string]*agentStore{},
+	}
+	if opts.tune != nil {
+		opts.tune(&st.tune)
+	}
+	st.tune.bolt.Timeout = opts.LockTimeout
+	return st, nil
+}
+
+// Dir returns the absolute directory of the store.
+func (s *Store) Dir() string { return s.dir }
+
+// lockedError is plugin.ErrLocked with the agent and the file.
+type lockedError struct{ id, path string }
+
+func (e *lockedError) Error() string {
+	return fmt.Sprintf("agent %q is already running: its store %s is locked by another process", e.id, e.path)
+}
+
+func (e *lockedError) Unwrap() error { return plugin.ErrLocked }
+
+// agent returns the agentStore of a valid id, locked; the caller unlocks it.
+func (s *Store) agent(id string) (*agentStore, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, plugin.ErrClosed
+	}
+	a := s.agents[id]
+	if a == nil {
+		a = &agentStore{id: id, path: filepath.Join(s.dir, id, FileName)}
+		s.agents[id] = a
+	}
+	s.mu.Unlock()
+
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return nil, plugin.ErrClosed
+	}
+	return a, nil
+}
+
+// open opens the agent's file if it is not open yet. Without create, a
+// missing file is not created and open reports false. a.mu is held.
+func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
+	if a.db != nil {
+		return true, nil
+	}
+	fi, err := os.Lstat(a.path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if !create {
+			return false, nil
+		}
+		if err := os.MkdirAll(filepath.Dir(a.path), 0o750); err != nil {
+			return false, err
+		}
+	case err != nil:
+		return false, err
+	case !fi.Mode().IsRegular():
+		return false, fmt.Errorf("%s is not a regular file", a.path)
+	}
+	created := fi == nil
+
+	// bbolt panics on some damaged files (a page it cannot walk); that is
+	// a corrupt file to us, not a crash.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s is damaged (%v): %w", a.path, r, plugin.ErrCorrupt)
+		}
+	}()
+	// A file that is not a bbolt file fails here without being written to:
+	// bbolt only reads the meta pages of an existing non-empty file before
+	// validating them, and with NoFreelistSync it writes nothing at open.
+	bo := s.tune.bolt
+	db, err := bolt.Open(a.path, 0o600, &bo)
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return false, &lockedError{id: a.id, path: a.path}
+	case err == nil:
+	case errors.As(err, new(*fs.PathError)), errors.As(err, new(syscall.Errno)):
+		return false, err // the system refused: permissions, space, I/O
+	default:
+		// bbolt's verdict on the content: ErrInvalid, ErrChecksum,
+		// ErrVersionMismatch, or one it makes no sentinel for, such as
+		// "file size too small".
+		return false, fmt.Errorf("%s is not a valid bbolt file (%v): %w", a.path, err, plugin.ErrCorrupt)
+	}
+	db.AllocSize = s.tune.allocSize
+	if created {
+		// Make the new file's name durable along with its content.
+		if err := syncDir(filepath.Dir(a.path)); err != nil {
+			_ = db.Close()
+			return false, err
+		}
+		if err := syncDir(s.dir); err != nil {
+			_ = db.Close()
+			return false, err
+		}
+	}
+	a.db = db
+	a.cache = nil
+	return true, nil
+}
+
+// syncDir makes the entries of a directory durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Save stores snap as a new generation of its agent, keeping the previous
+// one. Only the history and queue elements past those of the previous Save
+// are written. Save returns after bbolt's commit, whose last step writes and
+// syncs the meta page: that is the commit point, before it Load sees the old
+// snapshot and after it the new one.
+//
+// ctx is checked before the transaction starts; a started Save runs to its
+// end. Save does not keep or change snap.
+func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
+	if snap == nil {
+		return fmt.Errorf("bbolt: save: %w: nil snapshot", agent.ErrInvalidSnapshot)
+	}
+	id := snap.AgentID
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	if err := agent.ValidateID(id); err != nil {
+		return fmt.Errorf("bbolt: save: %w", err)
+	}
+	if err := snap.Validate(); err != nil {
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	body, err := recordBody(snap)
+	if err != nil {
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	a, err := s.agent(id)
+	if err != nil {
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	defer a.mu.Unlock()
+	if _, err := s.open(a, true); err != nil {
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	var st *state
+	err = update(a.db, func(tx *bolt.Tx) error {
+		var err error
+		st, err = s.write(tx, a, snap, body)
+		return err
+	})
+	if err != nil {
+		a.cache = nil // unknown what the file holds now: rewrite in full next time
+		return fmt.Errorf("bbolt: save %s: %w", id, err)
+	}
+	a.cache = st
+	return nil
+}
+
+// write is the transaction of Save. It returns the state it wrote.
+func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []byte) (*state, error) {
+	b, err := tx.CreateBucketIfNotExists(bucketSnapshot)
+	if err != nil {
+		return nil, err
+	}
+	b.FillPercent = s.tune.fillPercent
+	// The generation this Save replaces and keeps as the previous one.
+	var base *record
+	if a.cache != nil {
+		base = &a.cache.rec
+	} else {
+		base = newestRecord(b)
+	}
+	top, _ := lastKey(b, prefixRecord)
+	st := &state{rec: record{Gen: top + 1}}
+	rec := &st.rec
+
+	var prevHist, prevQueue *listRange
+	var histSums, queueSums []uint32
+	if a.cache != nil {
+		prevHist, prevQueue = &a.cache.rec.History, &a.cache.rec.Queue
+		histSums, queueSums = a.cache.hist, a.cache.queue
+	}
+	hist := snap.Memory.ShortTermHistory
+	rec.History, st.hist, err = writeList(b, prefixHistory, prevHist, histSums, snap.HistorySeq, len(hist), hist == nil,
+		func(i int) ([]byte, error) { return json.Marshal(&hist[i]) })
+	if err != nil {
+		return nil, fmt.Errorf("history: %w", err)
+	}
+	queue := snap.EventQueueBackup
+	rec.Queue, st.queue, err = writeList(b, prefixQueue, prevQueue, queueSums, snap.QueueSeq, len(queue), queue == nil,
+		func(i int) ([]byte, error) { return json.Marshal(&queue[i]) })
+	if err != nil {
+		return nil, fmt.Errorf("queue: %w", err)
+	}
+
+	if base != nil {
+		rec.TaskNext = base.TaskNext
+	}
+	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext); err != nil {
+		return nil, fmt.Errorf("task index: %w", err)
+	}
+
+	if err := b.Put(key(prefixRecord, rec.Gen), encodeRecord(nil, rec, body)); err != nil {
+		return nil, err
+	}
+
+	// Keep base and rec; drop every other generation (normally one: the
+	// one before base) and the elements no longer referenced below them.
+	keep := top
+	if base != nil {
+		keep = base.Gen
+	}
+	if err := deleteRecords(b, keep, rec.Gen); err != nil {
+		return nil, err
+	}
+	if base != nil {
+		// While the whole bucket is one page, that page is written anyway:
+		// dropped elements go at once. Otherwise they wait for a batch, so
+		// that most Saves do not write the page at the front of the list.
+		batch := s.tune.dropBatch
+		if singlePage(tx, b) {
+			batch = 1
+		}
+		if err := deleteBelow(b, prefixHistory, min(base.History.Start, rec.History.Start), batch); err != nil {
+			return nil, err
+		}
+		if err := deleteBelow(b, prefixQueue, min(base.Queue.Start, rec.Queue.Start), batch); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// singlePage reports whether the bucket was a single page (or inline in its
+// parent) when the transaction began.
+func singlePage(tx *bolt.Tx, b *bolt.Bucket) bool {
+	root := b.Root()
+	if root == 0 {
+		return true
+	}
+	info, err := tx.Page(int(root))
+	return err == nil && info != nil && info.Type == "leaf"
+}
+
+// writeList stores the n elements of a list whose element 0 is at kernel
+// position seq, given the range prev of the generation this Save builds on
+// and the sums of its elements (nil when unknown). When the list is prev's
+// with elements dropped from the front and appended at the back, only the
+// appended ones are written, under the keys that continue prev's; otherwise
+// the whole list is written under fresh keys above every key in use, so that
+// prev's elements stay intact. enc returns an element's payload. writeList
+// returns the new range and the sums of its elements.
+func writeList(b *bolt.Bucket, prefix byte, prev *listRange, prevSums []uint32, seq uint64, n int, isNil bool,
+	enc func(i int) ([]byte, error)) (listRange, []uint32, error) {
+	r := listRange{Seq: seq, Count: uint64(n), Nil: isNil}
+	from, sums, ok, err := continues(prev, prevSums, seq, n, enc)
+	if err != nil {
+		return r, nil, err
+	}
+	if ok {
+		r.Start = prev.Start + (seq - prev.Seq)
+	} else {
+		last, found := lastKey(b, prefix)
+		if found {
+			r.Start = last + 1
+		}
+		from, sums = 0, make([]uint32, 0, n)
+	}
+	if r.Start > maxKey || r.Count > maxKey-r.Start {
+		return r, nil, fmt.Errorf("element keys exhausted at %d", r.Start)
+	}
+	for i := from; i < n; i++ {
+		p, err := enc(i)
+		if err != nil {
+			return r, nil, fmt.Errorf("element %d: %w", seq+uint64(i), err)
+		}
+		// bbolt keeps key and value until the commit: both are fresh.
+		k := key(prefix, r.Start+uint64(i))
+		if err := b.Put(k, appendFrame(make([]byte, 0, frameHeader+len(p)), k, p)); err != nil {
+			return r, nil, err
+		}
+		sums = append(sums, sum(p))
+	}
+	if n > 0 {
+		r.LastSum = sums[n-1]
+	}
+	return r, sums, nil
+}
+
+// continues reports whether a list of n elements starting at kernel position
+// seq is prev with elements dropped from its front and appended at its back,
+// and if so returns the index of the first appended element and the sums of
+// the elements before it. It relies on the kernel's promise that an element
+// never changes once appended, and checks it only where a replaced list would
+// most likely differ: the first and the last element the two lists share,
+// compared by sum.
+func continues(prev *listRange, prevSums []uint32, seq uint64, n int,
+	enc func(i int) ([]byte, error)) (from int, sums []uint32, ok bool, err error) {
+	if prev == nil || seq < prev.Seq || uint64(len(prevSums)) != prev.Count {
+		return 0, nil, false, nil
+	}
+	if room := maxKey - prev.Start; uint64(n) > room || seq-prev.Seq > room-uint64(n) {
+		return 0, nil, false, nil // the keys would overflow: start afresh
+	}
+	prevEnd := prev.Seq + prev.Count // kernel position after prev's last element
+	if prev.Count == 0 || seq >= prevEnd {
+		// Every element of prev dropped: all of these are new.
+		return 0, make([]uint32, 0, n), true, nil
+	}
+	drop := seq - prev.Seq    // index in prev of the new element 0
+	last := prevEnd - 1 - seq // index in the new list of prev's last element
+	if last >= uint64(n) {
+		return 0, nil, false, nil // cut at the back
+	}
+	for _, i := range []uint64{0, last} {
+		p, err := enc(int(i))
+		if err != nil {
+			return 0, nil, false, err
+		}
+		if sum(p) != prevSums[drop+i] {
+			return 0, nil, false, nil
+		}
+	}
+	// Appending may reuse prevSums' array past its length; prevSums itself
+	// is not changed, and a failed Save drops the cache anyway.
+	return int(last) + 1, prevSums[drop:], true, nil
+}
+
+// lastKey returns the highest number under prefix.
+func lastKey(b *bolt.Bucket, prefix byte) (uint64, bool) {
+	c := b.Cursor()
+	k, _ := c.Seek([]byte{prefix + 1})
+	if k == nil {
+		k, _ = c.Last()
+	} else {
+		k, _ = c.Prev()
+	}
+	return keyNum(prefix, k)
+}
+
+// newestRecord returns the newest generation record that decodes, or nil.
+func newestRecord(b *bolt.Bucket) *record {
+	c := b.Cursor()
+	k, v := c.Seek([]byte{prefixRecord + 1})
+	if k == nil {
+		k, v = c.Last()
+	} else {
+		k, v = c.Prev()
+	}
+	for ; k != nil && k[0] == prefixRecord; k, v = c.Prev() {
+		if r, err := decodeRecord(k, v); err == nil {
+			r.Snap = nil
+			return r
+		}
+	}
+	return nil
+}
+
+// deleteRecords deletes every generation record but keep and newest.
+func deleteRecords(b *bolt.Bucket, keep, newest uint64) error {
+	var doomed [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek([]byte{prefixRecord}); k != nil && k[0] == prefixRecord; k, _ = c.Next() {
+		if g, ok := keyNum(prefixRecord, k); !ok || g != keep && g != newest {
+			doomed = append(doomed, append([]byte(nil), k...))
+		}
+	}
+	for _, k := range doomed {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteBelow deletes the elements under prefix with a key below limit,
+// once there are batch keys' worth of them. Its cost is proportional to what
+// it deletes.
+func deleteBelow(b *bolt.Bucket, prefix byte, limit, batch uint64) error {
+	c := b.Cursor()
+	k, _ := c.Seek([]byte{prefix})
+	if first, ok := keyNum(prefix, k); !ok || first >= limit || limit-first < batch {
+		return nil
+	}
+	var doomed [][]byte
+	for ; k != nil && k[0] == prefix; k, _ = c.Next() {
+		if n, ok := keyNum(prefix, k); ok && n >= limit {
+			break
+		}
+		doomed = append(doomed, append([]byte(nil), k...))
+	}
+	for _, k := range doomed {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Load returns the agent's newest generation that passes every check, or
+// nil, nil when the agent has no file or nothing saved. A generation whose
+// record or any of its elements fails its checksum or does not decode is
+// logged and skipped; when none is left Load returns an error wrapping
+// plugin.ErrCorrupt. Load never creates a file.
+func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bbolt: load %s: %w", agentID, err)
+	}
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("bbolt: load: %w", err)
+	}
+	a, err := s.agent(agentID)
+	if err != nil {
+		return nil, fmt.Errorf("bbolt: load %s: %w", agentID, err)
+	}
+	defer a.mu.Unlock()
+	if ok, err := s.open(a, false); err != nil {
+		return nil, fmt.Errorf("bbolt: load %s: %w", agentID, err)
+	} else if !ok {
+		return nil, nil
+	}
+	var snap *agent.Snapshot
+	var st *state
+	err = view(a.db, func(tx *bolt.Tx) error {
+		var err error
+		snap, st, err = s.read(tx, a)
+		return err
+	})
+	if err != nil {
+		a.cache = nil
+		return nil, fmt.Errorf("bbolt: load %s: %w", agentID, err)
+	}
+	a.cache = st
+	return snap, nil
+}
+
+// view runs fn in a read transaction, turning a bbolt panic on a damaged
+// page into ErrCorrupt.
+func view(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
+		}
+	}()
+	return db.View(fn)
+}
+
+// update runs fn in a write transaction, turning a bbolt panic on a damaged
+// page into ErrCorrupt; bbolt rolls the transaction back first.
+func update(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
+		}
+	}()
+	return db.Update(fn)
+}
+
+// read is the transaction of Load.
+func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error) {
+	b := tx.Bucket(bucketSnapshot)
+	if b == nil {
+		return nil, nil, nil
+	}
+	var gens [][2][]byte // newest first; bbolt's slices stay valid until the transaction ends
+	c := b.Cursor()
+	for k, v := c.Seek([]byte{prefixRecord}); k != nil && k[0] == prefixRecord; k, v = c.Next() {
+		gens = append([][2][]byte{{k, v}}, gens...)
+	}
+	if len(gens) == 0 {
+		return nil, nil, nil
+	}
+	var firstErr error
+	for _, g := range gens {
+		snap, st, err := readGeneration(b, a.id, g[0], g[1])
+		if err == nil {
+			return snap, st, nil
+		}
+		gen, _ := keyNum(prefixRecord, g[0])
+		s.log.Warn().Str("agent", a.id).Uint64("generation", gen).Str("file", a.path).Err(err).
+			Msg("skipping a corrupt snapshot generation")
+		if firstErr == nil {
+			firstErr = fmt.Errorf("generation %d: %w", gen, err)
+		}
+	}
+	return nil, nil, fmt.Errorf("no good generation in %s (%d tried; newest: %v): %w",
+		a.path, len(gens), firstErr, plugin.ErrCorrupt)
+}
+
+// readGeneration decodes one generation and every element it references.
+func readGeneration(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, *state, error) {
+	rec, err := decodeRecord(k, v)
+	if err != nil {
+		return nil, nil, err
+	}
+	snap := rec.Snap
+	rec.Snap = nil
+	if snap.AgentID != id {
+		return nil, nil, fmt.Errorf("record of agent %q", snap.AgentID)
+	}
+	st := &state{rec: *rec}
+	if !rec.History.Nil {
+		snap.Memory.ShortTermHistory = make([]agent.Message, 0, min(rec.History.Count, 1<<16))
+	}
+	st.hist, err = readList(b, prefixHistory, rec.History, func(p []byte) error {
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{})
+		return json.Unmarshal(p, &snap.Memory.ShortTermHistory[len(snap.Memory.ShortTermHistory)-1])
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("history: %w", err)
+	}
+	if !rec.Queue.Nil {
+		snap.EventQueueBackup = make([]agent.Event, 0, min(rec.Queue.Count, 1<<16))
+	}
+	st.queue, err = readList(b, prefixQueue, rec.Queue, func(p []byte) error {
+		snap.EventQueueBackup = append(snap.EventQueueBackup, agent.Event{})
+		return json.Unmarshal(p, &snap.EventQueueBackup[len(snap.EventQueueBackup)-1])
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("queue: %w", err)
+	}
+	return snap, st, nil
+}
+
+// readList checks and decodes the elements of r in order, and returns their
+// sums.
+func readList(b *bolt.Bucket, prefix byte, r listRange, dec func(p []byte) error) ([]uint32, error) {
+	sums := make([]uint32, 0, min(r.Count, 1<<16))
+	if r.Count == 0 {
+		return sums, nil
+	}
+	c := b.Cursor()
+	k, v := c.Seek(key(prefix, r.Start))
+	for i := uint64(0); i < r.Count; i++ {
+		if n, ok := keyNum(prefix, k); !ok || n != r.Start+i {
+			return nil, fmt.Errorf("element %d (key %d) is missing", r.Seq+i, r.Start+i)
+		}
+		p, err := openFrame(k, v)
+		if err != nil {
+			return nil, fmt.Errorf("element %d: %w", r.Seq+i, err)
+		}
+		sums = append(sums, sum(p))
+		if i == r.Count-1 && sums[i] != r.LastSum {
+			return nil, fmt.Errorf("element %d is not the one the record names", r.Seq+i)
+		}
+		if err := dec(p); err != nil {
+			return nil, fmt.Errorf("element %d: %w", r.Seq+i, err)
+		}
+		k, v = c.Next()
+	}
+	return sums, nil
+}
+
+// Delete removes the agent's file and directory. It takes the file's lock
+// first, so it fails with ErrLocked while another process runs the agent.
+func (s *Store) Delete(ctx context.Context, agentID string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("bbolt: delete %s: %w", agentID, err)
+	}
+	if err := agent.ValidateID(agentID); err != nil {
+		return fmt.Errorf("bbolt: delete: %w", err)
+	}
+	a, err := s.agent(agentID)
+	if err != nil {
+		return fmt.Errorf("bbolt: delete %s: %w", agentID, err)
+	}
+	defer a.mu.Unlock()
+	ok, err := s.open(a, false)
+	switch {
+	case errors.Is(err, plugin.ErrCorrupt):
+		// Not a bbolt file: nobody can be running the agent on it (the
+		// lock was free, or we would have got ErrLocked). Deleting it is
+		// how an operator starts the agent afresh.
+		s.log.Warn().Str("agent", agentID).Str("file", a.path).Err(err).Msg("deleting a corrupt store")
+		return s.remove(a)
+	case err != nil:
+		return fmt.Errorf("bbolt: delete %s: %w", agentID, err)
+	case !ok:
+		return nil
+	}
+	return s.remove(a)
+}
+
+// remove unlinks the agent's file, while holding its lock when it is open so
+// that no other process opens it between our check and the removal, then
+// closes it and removes the agent's directory. a.mu is held.
+func (s *Store) remove(a *agentStore) error {
+	rmErr := os.Remove(a.path)
+	var closeErr error
+	if a.db != nil {
+		closeErr = a.db.Close()
+	}
+	a.db, a.cache = nil, nil
+	if rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
+		return fmt.Errorf("bbolt: delete %s: %w", a.id, rmErr)
+	}
+	if closeErr != nil {
+		return fmt.Errorf("bbolt: delete %s: %w", a.id, closeErr)
+	}
+	// The directory goes too, unless someone left other files in it.
+	if err := os.Remove(filepath.Dir(a.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		s.log.Debug().Str("agent", a.id).Err(err).Msg("agent directory kept")
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("bbolt: delete %s: %w", a.id, err)
+	}
+	return nil
+}
+
+// List returns the ids of the agents that have a file, sorted.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("bbolt: list: %w", err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("bbolt: list: %w", plugin.ErrClosed)
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("bbolt: list: %w", err)
+	}
+	var ids []string // os.ReadDir sorts by name
+	for _, e := range entries {
+		if !e.IsDir() || agent.ValidateID(e.Name()) != nil {
+			continue
+		}
+		if fi, err := os.Lstat(filepath.Join(s.dir, e.Name(), FileName)); err == nil && fi.Mode().IsRegular() {
+			ids = append(ids, e.Name())
+		}
+	}
+	return ids, nil
+}
+
+// Close closes every agent's file, releasing its lock. Later calls of any
+// method fail with ErrClosed; a second Close returns nil.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	agents := s.agents
+	s.agents = nil
+	s.mu.Unlock()
+
+	var errs []error
+	for _, a := range agents {
+		a.mu.Lock()
+		a.closed = true
+		if a.db != nil {
+			if err := a.db.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("bbolt: close %s: %w", a.id, err))
+			}
+			a.db, a.cache = nil, nil
+		}
+		a.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
