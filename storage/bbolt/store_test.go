@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/storage/bbolt/bolttest"
 	"math/rand/v2"
 	"net/url"
 	"os"
@@ -50,23 +51,8 @@ func TestConformance(t *testing.T) {
 // (all of them when !newestOnly) of the file at path.
 func corruptRecords(t *testing.T, path string, newestOnly bool) {
 	t.Helper()
-	n := 0
-	editBucket(t, path, func(b *bolt.Bucket) {
-		var keys [][]byte
-		c := b.Cursor()
-		for k, _ := c.Seek([]byte{prefixRecord}); k != nil && k[0] == prefixRecord; k, _ = c.Next() {
-			keys = append(keys, append([]byte(nil), k...))
-		}
-		if newestOnly && len(keys) > 0 {
-			keys = keys[len(keys)-1:]
-		}
-		for _, k := range keys {
-			flipValue(t, b, k)
-			n++
-		}
-	})
-	if n == 0 {
-		t.Fatalf("no generation record in %s", path)
+	if _, err := bolttest.FlipGenerations(path, newestOnly); err != nil {
+		t.Fatal(err)
 	}
 }
 
