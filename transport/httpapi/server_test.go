@@ -1,0 +1,124 @@
+package httpapi_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/brain"
+	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/storage/bbolt"
+	"github.com/openstarry/openstarry-edge/transport/httpapi"
+)
+
+func newAPI(t *testing.T, token string) (*httpapi.Server, *agent.Runtime) {
+	t.Helper()
+	st, err := bbolt.Open(t.TempDir(), bbolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	echo, _ := brain.New(design.Brain{Provider: "echo"})
+	rt, err := agent.Start(context.Background(), agent.Config{AgentID: "a1", Store: st, Brain: echo,
+		Tools: []string{"sleep_ms"}, ArtifactsDir: t.TempDir(), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Stop(context.Background()) })
+	return httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, MaxTaskBytes: 1024, Token: token, Log: zerolog.Nop()}), rt
+}
+
+func do(t *testing.T, h http.Handler, method, path, body, remote, auth string) (int, map[string]any) {
+	t.Helper()
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	if remote != "" {
+		req.RemoteAddr = remote
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	var out map[string]any
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())
+	}
+	return rec.Code, out
+}
+
+func TestTaskAPI(t *testing.T) {
+	h, _ := newAPI(t, "")
+	cases := []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+	}{
+		{"accepted", "POST", "/agents/a1/tasks", `{"task_id":"t1","input":"hi"}`, 202, ""},
+		{"duplicate", "POST", "/agents/a1/tasks", `{"task_id":"t1","input":"hi"}`, 200, ""},
+		{"bad json", "POST", "/agents/a1/tasks", `{"task_id":`, 400, "bad_json"},
+		{"missing id", "POST", "/agents/a1/tasks", `{"input":"x"}`, 400, "missing_task_id"},
+		{"bad id", "POST", "/agents/a1/tasks", `{"task_id":"../x"}`, 400, "bad_task_id"},
+		{"too large", "POST", "/agents/a1/tasks", `{"task_id":"big","input":"` + strings.Repeat("x", 2000) + `"}`, 400, "too_large"},
+		{"unknown agent", "POST", "/agents/zz/tasks", `{"task_id":"t2"}`, 404, "unknown_agent"},
+		{"unknown task", "GET", "/agents/a1/tasks/nope", ``, 404, "unknown_task"},
+		{"health", "GET", "/healthz", ``, 200, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := do(t, h, tc.method, tc.path, tc.body, "", "")
+			if status != tc.status || (tc.code != "" && body["code"] != tc.code) {
+				t.Fatalf("%d %v, want %d %s", status, body, tc.status, tc.code)
+			}
+			if tc.code != "" && body["error"] == "" {
+				t.Fatal("error body without a message")
+			}
+		})
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, body := do(t, h, "GET", "/agents/a1/tasks/t1", "", "", "")
+		if status == 200 && body["status"] == "done" && body["output"] == "hi" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("t1 = %d %v", status, body)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	status, body := do(t, h, "GET", "/agents/a1/snapshot", "", "", "")
+	if status != 200 || body["agent_id"] != "a1" || body["tick_index"].(float64) < 1 {
+		t.Fatalf("snapshot = %d %v", status, body)
+	}
+}
+
+func TestTokenOffLoopback(t *testing.T) {
+	h, _ := newAPI(t, "s3cret")
+	cases := []struct {
+		name, remote, auth string
+		status             int
+	}{
+		{"loopback needs no token", "127.0.0.1:5000", "", 200},
+		{"ipv6 loopback", "[::1]:5000", "", 200},
+		{"remote without token", "192.0.2.10:5000", "", 401},
+		{"remote wrong token", "192.0.2.10:5000", "Bearer nope", 401},
+		{"remote right token", "192.0.2.10:5000", "Bearer s3cret", 200},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			status, body := do(t, h, "GET", "/healthz", "", tc.remote, tc.auth)
+			if status != tc.status {
+				t.Fatalf("%d %v, want %d", status, body, tc.status)
+			}
+			if status == 401 && body["code"] != "unauthorized" {
+				t.Fatalf("body %v", body)
+			}
+		})
+	}
+}
