@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/migrate"
 )
 
 var snapshotCmd = &cobra.Command{
@@ -49,27 +52,168 @@ func init() {
 		Short: "Print the stored snapshot as the contract JSON",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			st, err := show.open(cmd.Context())
+			s, err := show.load(cmd.Context())
 			if err != nil {
 				return err
-			}
-			defer st.Close()
-			s, err := st.Load(cmd.Context(), show.agent)
-			if errors.Is(err, plugin.ErrLocked) {
-				return exitCode(exitLocked, fmt.Errorf("%w\n(the agent is running: read its live snapshot with GET /agents/%s/snapshot)", err, show.agent))
-			}
-			if err != nil {
-				return err
-			}
-			if s == nil {
-				return fmt.Errorf("no snapshot stored for agent %q", show.agent)
 			}
 			return printSnapshot(s)
 		},
 	}
 	show.bind(showCmd)
-	snapshotCmd.AddCommand(showCmd)
+
+	var export snapshotFlags
+	var exportOut string
+	exportCmd := &cobra.Command{
+		Use:   "export --agent ID [--out FILE]",
+		Short: "Write the stored snapshot as the contract JSON to a file (default stdout)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			s, err := export.load(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if exportOut == "" || exportOut == "-" {
+				return printSnapshot(s)
+			}
+			data, err := agent.Encode(s)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(exportOut, append(data, '\n'), 0o600); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "exported agent %s at tick %d to %s\n", s.AgentID, s.TickIndex, exportOut)
+			return nil
+		},
+	}
+	export.bind(exportCmd)
+	exportCmd.Flags().StringVar(&exportOut, "out", "", "output file; default stdout")
+
+	var imp snapshotFlags
+	var impIn string
+	var impForce bool
+	importCmd := &cobra.Command{
+		Use:   "import --agent ID --in FILE [--force]",
+		Short: "Store a snapshot from its contract JSON (refuses to overwrite without --force)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			var data []byte
+			var err error
+			if impIn == "" || impIn == "-" {
+				data, err = io.ReadAll(os.Stdin)
+			} else {
+				data, err = os.ReadFile(impIn)
+			}
+			if err != nil {
+				return err
+			}
+			s, err := agent.Decode(data)
+			if err != nil {
+				return fmt.Errorf("%s: %w", orDefault(impIn, "stdin"), err)
+			}
+			if s.AgentID != imp.agent {
+				return fmt.Errorf("the snapshot is of agent %q, not %q", s.AgentID, imp.agent)
+			}
+			st, err := imp.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			old, err := st.Load(ctx, imp.agent)
+			if err != nil && !errors.Is(err, plugin.ErrCorrupt) {
+				return lockedExit(err)
+			}
+			if (old != nil || err != nil) && !impForce {
+				return fmt.Errorf("agent %q already has a stored snapshot: pass --force to replace it", imp.agent)
+			}
+			if err := st.Save(ctx, s); err != nil {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "imported agent %s at tick %d\n", s.AgentID, s.TickIndex)
+			return nil
+		},
+	}
+	imp.bind(importCmd)
+	importCmd.Flags().StringVar(&impIn, "in", "", "input file; default stdin")
+	importCmd.Flags().BoolVar(&impForce, "force", false, "replace an existing snapshot")
+
+	var del snapshotFlags
+	deleteCmd := &cobra.Command{
+		Use:   "delete --agent ID",
+		Short: "Delete everything stored for an agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			st, err := del.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			if err := st.Delete(cmd.Context(), del.agent); err != nil {
+				return lockedExit(err)
+			}
+			fmt.Fprintf(os.Stderr, "deleted agent %s\n", del.agent)
+			return nil
+		},
+	}
+	del.bind(deleteCmd)
+
+	var from, to, data string
+	migrateCmd := &cobra.Command{
+		Use:   "migrate --from URL --to URL",
+		Short: "Copy every agent between stores and verify each copy",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			src, err := openStore(ctx, from, data)
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			dst, err := openStore(ctx, to, data)
+			if err != nil {
+				return err
+			}
+			defer dst.Close()
+			rep, err := migrate.Migrate(ctx, src, dst, logger())
+			if err != nil {
+				return lockedExit(err)
+			}
+			fmt.Printf("migrated %d agents (%d bytes) from %s to %s in %s; every copy verified\n",
+				len(rep.Copied), rep.Bytes, from, to, rep.Duration.Round(time.Millisecond))
+			return nil
+		},
+	}
+	mf := migrateCmd.Flags()
+	mf.StringVar(&from, "from", "", "source store URL")
+	mf.StringVar(&to, "to", "", "destination store URL")
+	mf.StringVar(&data, "data", envOr("OPENSTARRY_DATA", "./data"), "data directory, for URLs without a path (env OPENSTARRY_DATA)")
+	_ = migrateCmd.MarkFlagRequired("from")
+	_ = migrateCmd.MarkFlagRequired("to")
+
+	snapshotCmd.AddCommand(showCmd, exportCmd, importCmd, deleteCmd, migrateCmd)
 	rootCmd.AddCommand(snapshotCmd)
+}
+
+// load opens the store and loads the agent's snapshot, with the errors an
+// operator needs: locked (the agent runs), none stored, corrupt.
+func (f *snapshotFlags) load(ctx context.Context) (*agent.Snapshot, error) {
+	st, err := f.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	s, err := st.Load(ctx, f.agent)
+	if errors.Is(err, plugin.ErrLocked) {
+		return nil, exitCode(exitLocked, fmt.Errorf("%w\n(the agent is running: read its live snapshot with GET /agents/%s/snapshot)", err, f.agent))
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s == nil {
+		return nil, fmt.Errorf("no snapshot stored for agent %q", f.agent)
+	}
+	return s, nil
 }
 
 func printSnapshot(s *agent.Snapshot) error {

@@ -1,0 +1,11 @@
+//go:build !windows
+
+package host
+
+import (
+	"os"
+	"syscall"
+)
+
+func lockFile(f *os.File) error   { return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB) }
+func unlockFile(f *os.File) error { return syscall.Flock(int(f.Fd()), syscall.LOCK_UN) }

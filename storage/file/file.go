@@ -1,0 +1,499 @@
+package file
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+)
+
+func init() {
+	plugin.Register(plugin.Info{
+		ID:          "storage.file",
+		Description: "one pretty-printed JSON file per agent, for development and hand inspection",
+		OpenStorage: openURL,
+	})
+}
+
+// File name suffixes; see the package documentation.
+const (
+	extCurrent  = ".json"
+	extPrev     = ".json.prev"
+	extRejected = ".json.rejected"
+	extResults  = ".results.jsonl"
+)
+
+// Options configure a Store.
+type Options struct {
+	// Logger receives a warning for each damaged file Load skips, and a
+	// note for each hand-edited file it accepts. The zero Logger discards
+	// them.
+	Logger zerolog.Logger
+
+	// Retention bounds the task index of each agent. A zero field takes
+	// the value of plugin.DefaultRetention; a negative one means no limit.
+	Retention plugin.Retention
+
+	// Now is the clock that stamps indexed results and ages them out.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// Store is the file snapshot store. It is safe for concurrent use; calls for
+// one agent are expected from that agent's single owner goroutine, and are
+// serialised per agent anyway.
+type Store struct {
+	dir string
+	log zerolog.Logger
+	ret plugin.Retention
+	now func() time.Time
+
+	mu     sync.Mutex             // guards closed and agents (the map, not the entries)
+	closed bool                   // set by Close
+	agents map[string]*agentState // per agent id
+}
+
+// agentState is what the store knows of one agent's files.
+type agentState struct {
+	mu sync.Mutex // serialises the agent's Save, Load and Delete, and guards the fields below
+
+	// known says the fields below describe the files on disk, as of cur.
+	known bool
+	// gen and indexedSeq are those of the generation the next Save builds
+	// on: the newest good one.
+	gen, indexedSeq uint64
+	// cur is the state of ID.json: curMissing, curGood or curBad.
+	cur curState
+	// curInfo identifies ID.json as this store last wrote or read it;
+	// a different size, time or file means someone else changed it.
+	curInfo os.FileInfo
+
+	results *resultsState // nil until the results file was scanned
+}
+
+type curState int
+
+const (
+	curMissing curState = iota
+	curGood
+	curBad
+)
+
+// openURL is the plugin opener: file:///abs/dir, file://rel/dir, or file://
+// for {DataDir}/snapshots. Query parameters: retention_tasks (a count) and
+// retention_age (a Go duration such as 168h).
+func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, error) {
+	dir := plugin.URLPath(u)
+	if dir == "" {
+		dir = filepath.Join(env.DataDir, "snapshots")
+	}
+	o := Options{Logger: env.Log}
+	if err := parseQuery(u.Query(), &o.Retention); err != nil {
+		return nil, fmt.Errorf("file: store url %s: %w", u.Redacted(), err)
+	}
+	return Open(ctx, dir, o)
+}
+
+// parseQuery reads the retention parameters of a store URL and rejects any
+// other, so that a misspelt parameter is an error rather than ignored.
+func parseQuery(q url.Values, r *plugin.Retention) error {
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "retention_tasks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("retention_tasks=%q: want a number of tasks", v)
+			}
+			r.MaxTasks = n
+		case "retention_age":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("retention_age=%q: want a duration such as 168h", v)
+			}
+			r.MaxAgeMs = d.Milliseconds()
+		default:
+			return fmt.Errorf("unknown parameter %q (known: retention_tasks, retention_age)", k)
+		}
+	}
+	return nil
+}
+
+// Open opens the store in dir, creating the directory if needed. It reads no
+// snapshot until asked.
+func Open(ctx context.Context, dir string, o Options) (*Store, error) {
+	if dir == "" {
+		return nil, errors.New("file: open: empty directory")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("file: open %s: %w", dir, err)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("file: open %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return nil, fmt.Errorf("file: open %s: %w", abs, err)
+	}
+	s := &Store{dir: abs, log: o.Logger, ret: retention(o.Retention), now: o.Now, agents: map[string]*agentState{}}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	return s, nil
+}
+
+// retention fills the zero fields of r from plugin.DefaultRetention.
+func retention(r plugin.Retention) plugin.Retention {
+	if r.MaxTasks == 0 {
+		r.MaxTasks = plugin.DefaultRetention.MaxTasks
+	}
+	if r.MaxAgeMs == 0 {
+		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
+	}
+	return r
+}
+
+// Dir returns the absolute path of the store's directory.
+func (s *Store) Dir() string { return s.dir }
+
+// fileName returns the base name of the agent's files, without suffix. ':' is
+// allowed in agent ids but not in Windows file names.
+func fileName(id string) string { return strings.ReplaceAll(id, ":", "%3A") }
+
+// idOf reverses fileName; it returns "" for a name that is not one of an
+// agent's.
+func idOf(base string) string {
+	id := strings.ReplaceAll(base, "%3A", ":")
+	if agent.ValidateID(id) != nil {
+		return ""
+	}
+	return id
+}
+
+func (s *Store) path(id, ext string) string { return filepath.Join(s.dir, fileName(id)+ext) }
+
+func (s *Store) tmpPath(id, ext string) string {
+	return filepath.Join(s.dir, "."+fileName(id)+ext+".tmp")
+}
+
+// lock returns the agent's state, locked, or ErrClosed.
+func (s *Store) lock(id string) (*agentState, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, plugin.ErrClosed
+	}
+	st := s.agents[id]
+	if st == nil {
+		st = &agentState{}
+		s.agents[id] = st
+	}
+	s.mu.Unlock()
+	st.mu.Lock()
+	return st, nil
+}
+
+// Save writes snap as the agent's current file, keeping the one before as
+// the previous generation, after appending its new results to the task
+// index. It returns after the directory is fsynced.
+func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
+	if snap == nil {
+		return errors.New("file: save: nil snapshot")
+	}
+	id := snap.AgentID
+	if err := agent.ValidateID(id); err != nil {
+		return fmt.Errorf("file: save: %w", err)
+	}
+	if err := snap.Validate(); err != nil {
+		return fmt.Errorf("file: save %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("file: save %s: %w", id, err)
+	}
+	payload, err := agent.Encode(snap)
+	if err != nil {
+		return fmt.Errorf("file: save %s: %w", id, err)
+	}
+	st, err := s.lock(id)
+	if err != nil {
+		return fmt.Errorf("file: save %s: %w", id, err)
+	}
+	defer st.mu.Unlock()
+	if err := s.save(ctx, st, snap, payload); err != nil {
+		st.known = false // read the files again before the next Save
+		return fmt.Errorf("file: save %s: %w", id, err)
+	}
+	return nil
+}
+
+func (s *Store) save(ctx context.Context, st *agentState, snap *agent.Snapshot, payload []byte) error {
+	id := snap.AgentID
+	cur := s.path(id, extCurrent)
+	if !st.known || s.changed(cur, st.curInfo) {
+		s.inspect(id, st)
+	}
+
+	// 1. The task index, fsynced before the snapshot names it indexed.
+	indexedSeq, err := s.index(ctx, st, snap)
+	if err != nil {
+		return fmt.Errorf("task index: %w", err)
+	}
+
+	// 2. The new generation, complete and fsynced under a temporary name.
+	gen := st.gen + 1
+	data, err := encode(gen, indexedSeq, payload)
+	if err != nil {
+		return err
+	}
+	tmp := s.tmpPath(id, extCurrent)
+	if err := writeSync(tmp, data); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+
+	// 3. Move the current file out of the way: a good one becomes the
+	// previous generation, a refused one is set aside for a person. The
+	// previous generation stays good throughout.
+	switch st.cur {
+	case curGood:
+		err = rename(cur, s.path(id, extPrev))
+	case curBad:
+		err = rename(cur, s.path(id, extRejected))
+		if err == nil {
+			s.log.Warn().Str("agent", id).Str("file", s.path(id, extRejected)).
+				Msg("file: the refused snapshot file was moved aside; the agent's state is in " + filepath.Base(cur))
+		}
+	}
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		os.Remove(tmp)
+		return err
+	}
+	// 4. The new generation takes the current name.
+	if err := rename(tmp, cur); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	// 5. Commit point: the directory, with both renames, is on disk.
+	if err := syncDir(s.dir); err != nil {
+		return err
+	}
+	info, err := os.Stat(cur)
+	if err != nil {
+		return err
+	}
+	st.known, st.gen, st.indexedSeq, st.cur, st.curInfo = true, gen, indexedSeq, curGood, info
+	return nil
+}
+
+// changed reports whether the file at path is not the one info describes.
+func (s *Store) changed(path string, info os.FileInfo) bool {
+	now, err := os.Stat(path)
+	if err != nil || info == nil {
+		return err == nil || info != nil
+	}
+	return !os.SameFile(now, info) || now.Size() != info.Size() || !now.ModTime().Equal(info.ModTime())
+}
+
+// inspect reads the agent's files to learn what the next Save builds on.
+func (s *Store) inspect(id string, st *agentState) {
+	st.known, st.gen, st.indexedSeq, st.cur, st.curInfo = true, 0, 0, curMissing, nil
+	cur, info, curErr := s.read(s.path(id, extCurrent), id)
+	switch {
+	case curErr == nil:
+		st.gen, st.indexedSeq, st.cur, st.curInfo = cur.gen, cur.indexedSeq, curGood, info
+		return
+	case !errors.Is(curErr, fs.ErrNotExist):
+		st.cur, st.curInfo = curBad, info
+	}
+	if prev, _, err := s.read(s.path(id, extPrev), id); err == nil {
+		st.gen, st.indexedSeq = prev.gen+1, prev.indexedSeq
+	}
+}
+
+// read reads and checks one snapshot file of agent id. Errors name the file;
+// a missing file gives an error wrapping fs.ErrNotExist.
+func (s *Store) read(path, id string) (*generation, os.FileInfo, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	info, _ := os.Stat(path)
+	g, err := decode(data)
+	if err != nil {
+		return nil, info, fmt.Errorf("%s: %w", path, err)
+	}
+	if g.snap.AgentID != id {
+		return nil, info, fmt.Errorf("%s: the snapshot is of agent %q, not %q", path, g.snap.AgentID, id)
+	}
+	return g, info, nil
+}
+
+// Load returns the agent's current snapshot, or the previous one with a
+// warning when the current file is missing or fails its checks.
+func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("file: load: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("file: load %s: %w", agentID, err)
+	}
+	st, err := s.lock(agentID)
+	if err != nil {
+		return nil, fmt.Errorf("file: load %s: %w", agentID, err)
+	}
+	defer st.mu.Unlock()
+
+	st.known, st.gen, st.indexedSeq, st.cur, st.curInfo = true, 0, 0, curMissing, nil
+	curPath, prevPath := s.path(agentID, extCurrent), s.path(agentID, extPrev)
+	cur, info, curErr := s.read(curPath, agentID)
+	if curErr == nil {
+		st.gen, st.indexedSeq, st.cur, st.curInfo = cur.gen, cur.indexedSeq, curGood, info
+		if cur.edited {
+			s.log.Info().Str("agent", agentID).Str("file", curPath).
+				Msg("file: loaded a hand-edited snapshot (no checksum); the next save writes one")
+		}
+		return cur.snap, nil
+	}
+	missing := errors.Is(curErr, fs.ErrNotExist)
+	if !missing {
+		st.cur, st.curInfo = curBad, info
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("file: load %s: %w", agentID, err)
+	}
+	prev, _, prevErr := s.read(prevPath, agentID)
+	switch {
+	case prevErr == nil:
+		st.gen, st.indexedSeq = prev.gen+1, prev.indexedSeq
+		ev := s.log.Warn().Str("agent", agentID).Str("file", prevPath)
+		if missing {
+			ev.Msg("file: the current snapshot file is missing (a save was interrupted); loaded the previous generation")
+		} else {
+			ev.Err(curErr).Msg("file: the current snapshot file is damaged or was edited without clearing its checksum; " +
+				"loaded the previous generation, and the next save moves the refused file to " + filepath.Base(s.path(agentID, extRejected)))
+		}
+		return prev.snap, nil
+	case missing && errors.Is(prevErr, fs.ErrNotExist):
+		return nil, nil
+	case missing:
+		return nil, fmt.Errorf("file: load %s: %s is missing and %v: %w", agentID, curPath, prevErr, plugin.ErrCorrupt)
+	case errors.Is(prevErr, fs.ErrNotExist):
+		return nil, fmt.Errorf("file: load %s: %v (and there is no previous generation): %w", agentID, curErr, plugin.ErrCorrupt)
+	default:
+		return nil, fmt.Errorf("file: load %s: %v; %v: %w", agentID, curErr, prevErr, plugin.ErrCorrupt)
+	}
+}
+
+// Delete removes every file of the agent.
+func (s *Store) Delete(ctx context.Context, agentID string) error {
+	if err := agent.ValidateID(agentID); err != nil {
+		return fmt.Errorf("file: delete: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("file: delete %s: %w", agentID, err)
+	}
+	st, err := s.lock(agentID)
+	if err != nil {
+		return fmt.Errorf("file: delete %s: %w", agentID, err)
+	}
+	defer st.mu.Unlock()
+	st.known, st.results = false, nil
+	for _, p := range []string{
+		s.path(agentID, extCurrent), s.path(agentID, extPrev), s.path(agentID, extRejected), s.path(agentID, extResults),
+		s.tmpPath(agentID, extCurrent), s.tmpPath(agentID, extResults),
+	} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("file: delete %s: %w", agentID, err)
+		}
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("file: delete %s: %w", agentID, err)
+	}
+	return nil
+}
+
+// List returns the ids of the agents that have a current or previous file,
+// sorted.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("file: list: %w", plugin.ErrClosed)
+	}
+	entries, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("file: list: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, ".") {
+			continue
+		}
+		base, ok := strings.CutSuffix(name, extCurrent)
+		if !ok {
+			base, ok = strings.CutSuffix(name, extPrev)
+		}
+		if id := idOf(base); ok && id != "" {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
+}
+
+// Close marks the store closed. It holds no open files between calls.
+// Closing twice is not an error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+// writeSync writes data to a new file at path (replacing any) and fsyncs it.
+func writeSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(path)
+		return err
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ plugin.Storage   = (*Store)(nil)
+	_ plugin.TaskIndex = (*Store)(nil)
+	_ plugin.Lister    = (*Store)(nil)
+)

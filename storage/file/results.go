@@ -1,0 +1,311 @@
+package file
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+)
+
+// resultsState is what the store knows of an agent's results file, from a
+// scan when it first appends to it and its appends since.
+type resultsState struct {
+	lines       int   // lines in the file, valid or not
+	oldest      int64 // smallest indexed_at of a valid line, Unix ms; 0 when none
+	appended    int   // lines appended since the scan or the last compaction
+	lastCompact int64 // Unix ms of the last compaction or scan
+}
+
+// resultLine is one line of ID.results.jsonl. Checksum is the CRC-32C of
+// "{indexed_at}\n" followed by Result exactly as written.
+type resultLine struct {
+	Checksum  string          `json:"checksum"`
+	IndexedAt int64           `json:"indexed_at"`
+	Result    json.RawMessage `json:"result"`
+}
+
+func lineChecksum(indexedAt int64, result []byte) string {
+	h := crc32.New(castagnoli)
+	fmt.Fprintf(h, "%d\n", indexedAt)
+	h.Write(result)
+	return fmt.Sprintf("%s%08x", checksumPrefix, h.Sum32())
+}
+
+// encodeLine returns the line, newline included, that indexes r.
+func encodeLine(r *agent.Result, indexedAt int64) ([]byte, error) {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out, err := json.Marshal(resultLine{Checksum: lineChecksum(indexedAt, js), IndexedAt: indexedAt, Result: js})
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
+}
+
+// decodeLine parses one line (without its newline). A line that is JSON but
+// fails its checksum returns the result it claims to hold along with an
+// error wrapping errChecksum, so that TaskResult can tell a damaged answer
+// from none.
+func decodeLine(b []byte) (*agent.Result, int64, error) {
+	var l resultLine
+	if err := json.Unmarshal(b, &l); err != nil {
+		return nil, 0, err
+	}
+	var r agent.Result
+	if err := json.Unmarshal(l.Result, &r); err != nil {
+		return nil, 0, err
+	}
+	if l.Checksum != lineChecksum(l.IndexedAt, l.Result) {
+		return &r, l.IndexedAt, errChecksum
+	}
+	return &r, l.IndexedAt, nil
+}
+
+// index appends the outbox results above the agent's mark to the results
+// file, fsynced, compacts the file when it is due, and returns the new mark.
+func (s *Store) index(ctx context.Context, st *agentState, snap *agent.Snapshot) (uint64, error) {
+	id := snap.AgentID
+	path := s.path(id, extResults)
+	now := s.now().UnixMilli()
+	if st.results == nil {
+		rs, err := s.scan(path, now)
+		if err != nil {
+			return 0, err
+		}
+		st.results = rs
+	}
+	rs := st.results
+
+	// An agent restored from an older generation (NextResultSeq at or
+	// below the mark) replays results the file may hold from the lost
+	// future: index its whole outbox again, and move the mark back.
+	floor, mark := st.indexedSeq, st.indexedSeq
+	if snap.NextResultSeq > 0 && snap.NextResultSeq <= st.indexedSeq {
+		floor, mark = 0, snap.NextResultSeq-1
+	}
+	var buf bytes.Buffer
+	n := 0
+	for i := range snap.Outbox {
+		r := &snap.Outbox[i]
+		if r.Seq <= floor || r.TaskID == "" {
+			continue
+		}
+		line, err := encodeLine(r, now)
+		if err != nil {
+			return 0, err
+		}
+		buf.Write(line)
+		mark = max(mark, r.Seq)
+		n++
+	}
+	if n > 0 {
+		if err := ctx.Err(); err != nil {
+			return 0, err
+		}
+		if err := appendSync(path, buf.Bytes()); err != nil {
+			return 0, err
+		}
+		rs.lines += n
+		rs.appended += n
+		if rs.oldest == 0 {
+			rs.oldest = now
+		}
+	}
+	if s.compactionDue(rs, now) {
+		if err := s.compact(path, s.tmpPath(id, extResults), rs, now); err != nil {
+			return 0, fmt.Errorf("compact %s: %w", path, err)
+		}
+	}
+	return mark, nil
+}
+
+// slack is how far past MaxTasks the file may grow, and how many appends
+// justify a compaction for age: a quarter of MaxTasks, at least 16.
+func (s *Store) slack() int { return max(16, s.ret.MaxTasks/4) }
+
+func (s *Store) compactionDue(rs *resultsState, now int64) bool {
+	if s.ret.MaxTasks > 0 && rs.lines >= s.ret.MaxTasks+s.slack() {
+		return true
+	}
+	if s.ret.MaxAgeMs <= 0 || rs.oldest == 0 || rs.oldest >= now-s.ret.MaxAgeMs {
+		return false
+	}
+	return rs.appended >= s.slack() || now-rs.lastCompact >= s.ret.MaxAgeMs/8
+}
+
+// scan counts the lines of the results file, finds its oldest result, and
+// cuts off a torn last line left by a crash during an append.
+func (s *Store) scan(path string, now int64) (*resultsState, error) {
+	rs := &resultsState{lastCompact: now}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return rs, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if end := bytes.LastIndexByte(data, '\n') + 1; end < len(data) {
+		s.log.Warn().Str("file", path).Int("bytes", len(data)-end).
+			Msg("file: cutting off the torn last line of the task index (an append was interrupted)")
+		if err := truncateSync(path, int64(end)); err != nil {
+			return nil, err
+		}
+		data = data[:end]
+	}
+	bad := 0
+	for line := range bytes.Lines(data) {
+		rs.lines++
+		_, at, err := decodeLine(bytes.TrimSuffix(line, []byte{'\n'}))
+		if err != nil {
+			bad++
+			continue
+		}
+		if rs.oldest == 0 || at < rs.oldest {
+			rs.oldest = at
+		}
+	}
+	if bad > 0 {
+		s.log.Warn().Str("file", path).Int("lines", bad).Msg("file: damaged lines in the task index are ignored")
+	}
+	return rs, nil
+}
+
+// compact rewrites the results file with, for each task, its last valid
+// line, within the age and the newest MaxTasks.
+func (s *Store) compact(path, tmp string, rs *resultsState, now int64) error {
+	data, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	type entry struct {
+		line []byte
+		task string
+		at   int64
+	}
+	var entries []entry
+	last := map[string]int{}
+	for line := range bytes.Lines(data) {
+		r, at, err := decodeLine(bytes.TrimSuffix(line, []byte{'\n'}))
+		if err != nil || s.ret.MaxAgeMs > 0 && at < now-s.ret.MaxAgeMs {
+			continue
+		}
+		last[r.TaskID] = len(entries)
+		entries = append(entries, entry{line, r.TaskID, at})
+	}
+	var keep []entry
+	for i, e := range entries {
+		if last[e.task] == i {
+			keep = append(keep, e)
+		}
+	}
+	if s.ret.MaxTasks > 0 && len(keep) > s.ret.MaxTasks {
+		keep = keep[len(keep)-s.ret.MaxTasks:]
+	}
+	var buf bytes.Buffer
+	*rs = resultsState{lastCompact: now}
+	for _, e := range keep {
+		buf.Write(e.line)
+		rs.lines++
+		if rs.oldest == 0 || e.at < rs.oldest {
+			rs.oldest = e.at
+		}
+	}
+	if err := writeSync(tmp, buf.Bytes()); err != nil {
+		return err
+	}
+	if err := rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil // the Save's directory fsync, still to come, makes the rename durable
+}
+
+// TaskResult returns the indexed result of a task of the agent: the last
+// valid line of the results file for that task.
+func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.Result, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("file: task result: %w", err)
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, plugin.ErrClosed)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, err)
+	}
+	path := s.path(agentID, extResults)
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, err)
+	}
+	var found *agent.Result
+	damaged := false
+	for line := range bytes.Lines(data) {
+		if !bytes.HasSuffix(line, []byte{'\n'}) {
+			break // an append in progress
+		}
+		r, _, err := decodeLine(line[:len(line)-1])
+		switch {
+		case r == nil || r.TaskID != taskID:
+		case err != nil:
+			damaged = true
+		default:
+			found, damaged = r, false
+		}
+	}
+	switch {
+	case damaged:
+		return nil, fmt.Errorf("file: task result %s/%s: the line in %s fails its checksum: %w", agentID, taskID, path, plugin.ErrCorrupt)
+	case found == nil:
+		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
+	}
+	return found, nil
+}
+
+// appendSync appends data to the file at path, creating it, and fsyncs it.
+func appendSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// truncateSync cuts the file at path to size bytes and fsyncs it.
+func truncateSync(path string, size int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

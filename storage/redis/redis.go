@@ -1,0 +1,542 @@
+package redis
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+)
+
+func init() {
+	plugin.Register(plugin.Info{
+		ID:          "storage.redis",
+		Description: "snapshots in a Redis server (durable with appendonly yes, appendfsync always)",
+		OpenStorage: openURL,
+	})
+	// The registry finds a store by its URL scheme; rediss:// is Redis
+	// over TLS.
+	plugin.Register(plugin.Info{
+		ID:          "storage.rediss",
+		Description: "snapshots in a Redis server over TLS (see storage.redis)",
+		OpenStorage: openURL,
+	})
+}
+
+// DefaultPrefix starts every key when the URL names no prefix.
+const DefaultPrefix = "openstarry:"
+
+// pruneBatch is how many indexed results one Save deletes at most beyond
+// the results it adds.
+const pruneBatch = 64
+
+// These errors are returned by Save, wrapped with the agent and the details.
+var (
+	// ErrConflict is returned when the stored generation is not the one
+	// this store last loaded or saved: another process saved the agent.
+	// The error wraps plugin.ErrLocked too.
+	ErrConflict = errors.New("generation conflict: another writer saved this agent")
+
+	// ErrUnavailable is returned when the server could not be reached or
+	// did not answer. The snapshot may or may not have been stored; the
+	// caller must not acknowledge anything that depends on it.
+	ErrUnavailable = errors.New("redis server unavailable")
+)
+
+//go:embed save.lua
+var saveLua string
+
+// saveScript is immutable once built: go-redis sends its SHA and falls back
+// to its source when the server does not know it.
+var saveScript = goredis.NewScript(saveLua)
+
+// Options configure a Store.
+type Options struct {
+	// Logger receives the durability warning of Open and a warning for
+	// each damaged record Load skips. The zero Logger discards them.
+	Logger zerolog.Logger
+
+	// Retention bounds the task index of each agent. A zero field takes
+	// the value of plugin.DefaultRetention; a negative one means no limit.
+	Retention plugin.Retention
+
+	// Prefix starts every key. Default DefaultPrefix; a "prefix" URL
+	// parameter overrides it.
+	Prefix string
+
+	// Now is the clock that stamps indexed results and ages them out.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// Store is the Redis snapshot store. It is safe for concurrent use; calls for
+// one agent are expected from that agent's single owner goroutine.
+type Store struct {
+	c      *goredis.Client
+	addr   string
+	prefix string
+	log    zerolog.Logger
+	ret    plugin.Retention
+	now    func() time.Time
+
+	mu     sync.Mutex        // guards closed and known
+	closed bool              // set by Close
+	known  map[string]*state // per agent: what the next Save expects
+}
+
+// state is what the store knows of an agent's keys.
+type state struct {
+	gen     uint64 // the generation stored, which the next Save expects
+	taskSeq uint64 // the stored taskseq mark
+	curBad  bool   // cur failed its checks: overwrite it, keep prev
+}
+
+// openURL is the plugin opener.
+func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, error) {
+	return Open(ctx, u.String(), Options{Logger: env.Log})
+}
+
+// Open connects to the server named by rawURL (see the package
+// documentation), checks that it answers, and reads its persistence
+// settings.
+func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("redis: open: %w", err)
+	}
+	safe := u.Redacted()
+	q := u.Query()
+	prefix := o.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	ret := o.Retention
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "prefix":
+			prefix = v
+		case "retention_tasks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("redis: open %s: retention_tasks=%q: want a number of tasks", safe, v)
+			}
+			ret.MaxTasks = n
+		case "retention_age":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return nil, fmt.Errorf("redis: open %s: retention_age=%q: want a duration such as 168h", safe, v)
+			}
+			ret.MaxAgeMs = d.Milliseconds()
+		default:
+			continue
+		}
+		q.Del(k)
+	}
+	u.RawQuery = q.Encode()
+	opt, err := goredis.ParseURL(u.String())
+	if err != nil {
+		return nil, fmt.Errorf("redis: open %s: %w", safe, err)
+	}
+	// A Save is not idempotent: a retry after a lost answer would meet its
+	// own generation and report a false conflict. The caller retries.
+	if !q.Has("max_retries") {
+		opt.MaxRetries = -1
+	}
+	s := &Store{
+		c:      goredis.NewClient(opt),
+		addr:   opt.Addr,
+		prefix: prefix,
+		log:    o.Logger,
+		ret:    retention(ret),
+		now:    o.Now,
+		known:  map[string]*state{},
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if err := s.c.Ping(ctx).Err(); err != nil {
+		s.c.Close()
+		return nil, fmt.Errorf("redis: open %s: %w: %w", safe, err, ErrUnavailable)
+	}
+	s.checkDurability(ctx)
+	return s, nil
+}
+
+// checkDurability logs one warning line unless the server fsyncs its
+// append-only file on every write.
+func (s *Store) checkDurability(ctx context.Context) {
+	const fix = `set "appendonly yes" and "appendfsync always" in redis.conf (or CONFIG SET appendonly yes, CONFIG SET appendfsync always, CONFIG REWRITE)`
+	cfg := map[string]string{}
+	var err error
+	for _, k := range []string{"appendonly", "appendfsync"} {
+		var m map[string]string
+		if m, err = s.c.ConfigGet(ctx, k).Result(); err != nil {
+			break
+		}
+		cfg[k] = m[k]
+	}
+	switch {
+	case err != nil:
+		s.log.Warn().Str("addr", s.addr).Err(err).
+			Msg(`redis: cannot read the persistence settings, so "fsync every tick" may not hold: ` + fix)
+	case !strings.EqualFold(cfg["appendonly"], "yes") || !strings.EqualFold(cfg["appendfsync"], "always"):
+		s.log.Warn().Str("addr", s.addr).Str("appendonly", cfg["appendonly"]).Str("appendfsync", cfg["appendfsync"]).
+			Msg(`redis: "fsync every tick" does not hold: a crash of the Redis host can lose acknowledged ticks; ` + fix)
+	}
+}
+
+// retention fills the zero fields of r from plugin.DefaultRetention.
+func retention(r plugin.Retention) plugin.Retention {
+	if r.MaxTasks == 0 {
+		r.MaxTasks = plugin.DefaultRetention.MaxTasks
+	}
+	if r.MaxAgeMs == 0 {
+		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
+	}
+	return r
+}
+
+// Prefix returns the prefix of every key of the store.
+func (s *Store) Prefix() string { return s.prefix }
+
+// keys are the keys of one agent, in the order save.lua takes them.
+func (s *Store) keys(id string) []string {
+	a := s.prefix + "agent:" + id + ":"
+	return []string{a + "meta", a + "cur", a + "prev", a + "tasks", a + "taskseq", a + "tasktime", s.prefix + "agents"}
+}
+
+const (
+	kMeta = iota
+	kCur
+	kPrev
+	kTasks
+	kTaskSeq
+	kTaskTime
+	kAgents
+)
+
+// get returns what the store knows of id (nil when nothing), or ErrClosed.
+func (s *Store) get(id string) (*state, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, plugin.ErrClosed
+	}
+	return s.known[id], nil
+}
+
+func (s *Store) set(id string, st *state) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if st == nil {
+		delete(s.known, id)
+	} else {
+		s.known[id] = st
+	}
+}
+
+// failed classifies an error of the client: ErrClosed after Close, the
+// context's error, ErrUnavailable for a connection that failed, or the
+// server's error as it is.
+func (s *Store) failed(err error) error {
+	var rerr goredis.Error
+	switch {
+	case s.isClosed():
+		return plugin.ErrClosed
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		return err
+	case errors.As(err, &rerr):
+		return err
+	}
+	return fmt.Errorf("no answer from %s (%w): %w", s.addr, err, ErrUnavailable)
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// Save stores snap as the agent's newest generation and indexes its new
+// results, in one script call, and returns after the server answered.
+func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
+	if snap == nil {
+		return errors.New("redis: save: nil snapshot")
+	}
+	id := snap.AgentID
+	if err := agent.ValidateID(id); err != nil {
+		return fmt.Errorf("redis: save: %w", err)
+	}
+	if err := snap.Validate(); err != nil {
+		return fmt.Errorf("redis: save %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: save %s: %w", id, err)
+	}
+	st, err := s.get(id)
+	if err != nil {
+		return fmt.Errorf("redis: save %s: %w", id, err)
+	}
+	keys := s.keys(id)
+	if st == nil {
+		// No Load in this process: learn the stored generation, and
+		// whether cur is good enough to become prev.
+		if st, err = s.inspect(ctx, keys); err != nil {
+			return fmt.Errorf("redis: save %s: %w", id, s.failed(err))
+		}
+	}
+	payload, err := agent.Encode(snap)
+	if err != nil {
+		return fmt.Errorf("redis: save %s: %w", id, err)
+	}
+	next := &state{gen: st.gen + 1, taskSeq: st.taskSeq}
+
+	// The outbox results to index; see the package documentation.
+	floor := st.taskSeq
+	if snap.NextResultSeq > 0 && snap.NextResultSeq <= st.taskSeq {
+		floor, next.taskSeq = 0, snap.NextResultSeq-1
+	}
+	var results []any
+	n := 0
+	for i := range snap.Outbox {
+		r := &snap.Outbox[i]
+		if r.Seq <= floor || r.TaskID == "" {
+			continue
+		}
+		data, err := encodeResult(r)
+		if err != nil {
+			return fmt.Errorf("redis: save %s: %w", id, err)
+		}
+		results = append(results, r.TaskID, r.Seq, data)
+		next.taskSeq = max(next.taskSeq, r.Seq)
+		n++
+	}
+	now := s.now().UnixMilli()
+	cutoff, maxTasks := int64(-1), int64(-1)
+	if s.ret.MaxAgeMs > 0 {
+		cutoff = now - s.ret.MaxAgeMs
+	}
+	if s.ret.MaxTasks > 0 {
+		maxTasks = int64(s.ret.MaxTasks)
+	}
+	rotate := "1"
+	if st.curBad {
+		rotate = "0"
+	}
+	args := append([]any{
+		id, strconv.FormatUint(st.gen, 10), strconv.FormatUint(next.gen, 10), rotate,
+		encodeRecord(next.gen, payload), strconv.FormatUint(next.taskSeq, 10),
+		now, cutoff, maxTasks, pruneBatch + n, n,
+	}, results...)
+
+	// Commit point: the server's answer, after its append-only file took
+	// the script's writes (fsynced first with appendfsync always).
+	err = saveScript.Run(ctx, s.c, keys, args...).Err()
+	if err != nil {
+		s.set(id, nil) // unknown outcome, or stale: read the generation again next time
+		if msg, ok := strings.CutPrefix(err.Error(), "OSCONFLICT "); ok {
+			return fmt.Errorf("redis: save %s: the server holds generation %s, this process last saw %d "+
+				"(another process saved the agent; load it again): %w (%w)", id, msg, st.gen, ErrConflict, plugin.ErrLocked)
+		}
+		return fmt.Errorf("redis: save %s: the snapshot may not be stored: %w", id, s.failed(err))
+	}
+	s.set(id, next)
+	return nil
+}
+
+// inspect reads the stored generation and checks the current record.
+func (s *Store) inspect(ctx context.Context, keys []string) (*state, error) {
+	pipe := s.c.Pipeline()
+	meta := pipe.HMGet(ctx, keys[kMeta], "gen", "taskseq")
+	cur := pipe.Get(ctx, keys[kCur])
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, err
+	}
+	st, err := parseMeta(meta.Val())
+	if err != nil {
+		return nil, err
+	}
+	if b, err := cur.Bytes(); err == nil {
+		_, _, derr := decodeRecord(b)
+		st.curBad = derr != nil
+	}
+	return st, nil
+}
+
+// parseMeta reads HMGET meta gen taskseq; missing fields are zero.
+func parseMeta(vals []any) (*state, error) {
+	var st state
+	for i, p := range []*uint64{&st.gen, &st.taskSeq} {
+		if i >= len(vals) || vals[i] == nil {
+			continue
+		}
+		v, _ := vals[i].(string)
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("meta field %d is %q, not a number: %w", i, v, plugin.ErrCorrupt)
+		}
+		*p = n
+	}
+	return &st, nil
+}
+
+// Load returns the agent's newest good generation; see the package
+// documentation.
+func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("redis: load: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
+	}
+	if _, err := s.get(agentID); err != nil {
+		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
+	}
+	keys := s.keys(agentID)
+	pipe := s.c.Pipeline()
+	meta := pipe.HMGet(ctx, keys[kMeta], "gen", "taskseq")
+	cur := pipe.Get(ctx, keys[kCur])
+	prev := pipe.Get(ctx, keys[kPrev])
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("redis: load %s: %w", agentID, s.failed(err))
+	}
+	st, err := parseMeta(meta.Val())
+	if err != nil {
+		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
+	}
+
+	var problems []string
+	for i, cmd := range []*goredis.StringCmd{cur, prev} {
+		name := keys[kCur+i]
+		b, err := cmd.Bytes()
+		if errors.Is(err, goredis.Nil) {
+			if i == 0 && st.gen > 0 {
+				problems = append(problems, name+" is missing")
+			}
+			continue
+		}
+		_, snap, err := decodeRecord(b)
+		if err == nil && snap.AgentID != agentID {
+			err = fmt.Errorf("the record is of agent %q", snap.AgentID)
+		}
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", name, err))
+			s.log.Warn().Str("agent", agentID).Str("key", name).Err(err).Msg("redis: stored record is damaged")
+			if i == 0 {
+				st.curBad = true
+			}
+			continue
+		}
+		if i > 0 {
+			s.log.Warn().Str("agent", agentID).Str("key", name).
+				Msg("redis: loaded the previous generation; the current record is damaged or missing")
+		}
+		s.set(agentID, st)
+		return snap, nil
+	}
+	if len(problems) == 0 && st.gen == 0 {
+		s.set(agentID, st)
+		return nil, nil
+	}
+	if len(problems) == 0 {
+		problems = append(problems, fmt.Sprintf("generation %d is recorded but no record is stored", st.gen))
+	}
+	return nil, fmt.Errorf("redis: load %s: no good generation (%s): %w", agentID, strings.Join(problems, "; "), plugin.ErrCorrupt)
+}
+
+// Delete removes every key of the agent, in one transaction.
+func (s *Store) Delete(ctx context.Context, agentID string) error {
+	if err := agent.ValidateID(agentID); err != nil {
+		return fmt.Errorf("redis: delete: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redis: delete %s: %w", agentID, err)
+	}
+	if _, err := s.get(agentID); err != nil {
+		return fmt.Errorf("redis: delete %s: %w", agentID, err)
+	}
+	keys := s.keys(agentID)
+	_, err := s.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
+		p.Del(ctx, keys[:kAgents]...)
+		p.SRem(ctx, keys[kAgents], agentID)
+		return nil
+	})
+	s.set(agentID, nil)
+	if err != nil {
+		return fmt.Errorf("redis: delete %s: %w", agentID, s.failed(err))
+	}
+	return nil
+}
+
+// List returns the ids of the stored agents, sorted.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	if _, err := s.get(""); err != nil {
+		return nil, fmt.Errorf("redis: list: %w", err)
+	}
+	ids, err := s.c.SMembers(ctx, s.prefix+"agents").Result()
+	if err != nil {
+		return nil, fmt.Errorf("redis: list: %w", s.failed(err))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// TaskResult returns the indexed result of a task of the agent.
+func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.Result, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("redis: task result: %w", err)
+	}
+	if _, err := s.get(agentID); err != nil {
+		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, err)
+	}
+	b, err := s.c.HGet(ctx, s.keys(agentID)[kTasks], taskID).Bytes()
+	if errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, s.failed(err))
+	}
+	r, err := decodeResult(b)
+	if err != nil {
+		return nil, fmt.Errorf("redis: task result %s/%s: %v: %w", agentID, taskID, err, plugin.ErrCorrupt)
+	}
+	return r, nil
+}
+
+// Close closes the connections. Closing twice is not an error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.known = nil
+	s.mu.Unlock()
+	if err := s.c.Close(); err != nil {
+		return fmt.Errorf("redis: close %s: %w", s.addr, err)
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ plugin.Storage   = (*Store)(nil)
+	_ plugin.TaskIndex = (*Store)(nil)
+	_ plugin.Lister    = (*Store)(nil)
+)

@@ -1,0 +1,147 @@
+// Package record is the byte format of the SQLite store's rows: generation
+// records and element data, each behind a CRC-32C. It has no SQL in it, so
+// that its decoders can be fuzzed on their own.
+package record
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// castagnoli is the CRC-32C table of every checksum in this package.
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// magic starts every generation record; the number is the format
+// version of the record, not the schema version of the database.
+var magic = [4]byte{'O', 'S', 'Q', '1'}
+
+// ErrChecksum is what the decoders return, wrapped, when the bytes are not
+// what was written. Load turns it into a fall back or plugin.ErrCorrupt.
+var ErrChecksum = errors.New("checksum mismatch")
+
+// Span is where one list of a generation lives in the elements table.
+type Span struct {
+	Seq  uint64 `json:"seq"`  // absolute position of element 0 (Snapshot.HistorySeq or QueueSeq)
+	Key  int64  `json:"key"`  // elements.seq of element 0
+	N    int64  `json:"n"`    // number of elements; their keys are Key .. Key+N-1
+	Last uint32 `json:"last"` // CRC-32C of the last element's data, 0 when N is 0
+}
+
+// End is the first key after the span.
+func (s Span) End() int64 { return s.Key + s.N }
+
+// Record is one generation of one agent: the snapshot without its two lists,
+// and where the lists are.
+type Record struct {
+	Gen     uint64          `json:"gen"`
+	History Span            `json:"history"`
+	Queue   Span            `json:"queue"`
+	Meta    json.RawMessage `json:"snapshot"` // contract JSON, lists emptied ([] or null)
+}
+
+// Encode returns the blob of r:
+//
+//	magic "OSQ1" | CRC-32C of payload, 4 bytes big endian | payload (JSON of r)
+func Encode(r *Record) ([]byte, error) {
+	payload, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, 8, 8+len(payload))
+	copy(out, magic[:])
+	binary.BigEndian.PutUint32(out[4:], crc32.Checksum(payload, castagnoli))
+	return append(out, payload...), nil
+}
+
+// Decode parses and checks a blob written by Encode. It returns
+// an error for anything else, including well-formed JSON that does not
+// describe a consistent record; it never panics.
+func Decode(b []byte) (*Record, *agent.Snapshot, error) {
+	if len(b) < 8 {
+		return nil, nil, fmt.Errorf("record of %d bytes is too short: %w", len(b), ErrChecksum)
+	}
+	if !bytes.Equal(b[:4], magic[:]) {
+		return nil, nil, fmt.Errorf("record starts with %q, not %q: %w", b[:4], magic[:], ErrChecksum)
+	}
+	payload := b[8:]
+	want := binary.BigEndian.Uint32(b[4:8])
+	if got := crc32.Checksum(payload, castagnoli); got != want {
+		return nil, nil, fmt.Errorf("record crc32c %08x, stored %08x: %w", got, want, ErrChecksum)
+	}
+	dec := json.NewDecoder(bytes.NewReader(payload))
+	dec.DisallowUnknownFields()
+	var r Record
+	if err := dec.Decode(&r); err != nil {
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
+	if dec.More() {
+		return nil, nil, errors.New("record: trailing data")
+	}
+	for _, sp := range []Span{r.History, r.Queue} {
+		if sp.Key < 0 || sp.N < 0 || sp.End() < sp.Key {
+			return nil, nil, fmt.Errorf("record: bad element range %d+%d", sp.Key, sp.N)
+		}
+	}
+	s, err := agent.Decode(r.Meta)
+	if err != nil {
+		return nil, nil, fmt.Errorf("record: %w", err)
+	}
+	// The lists live in the elements table: the record holds [] for a list
+	// that was present, null for one that was nil, and nothing else.
+	if len(s.Memory.ShortTermHistory) != 0 || len(s.EventQueueBackup) != 0 {
+		return nil, nil, errors.New("record: lists stored inline")
+	}
+	if s.Memory.ShortTermHistory == nil && r.History.N != 0 || s.EventQueueBackup == nil && r.Queue.N != 0 {
+		return nil, nil, errors.New("record: a null list with elements")
+	}
+	return &r, s, nil
+}
+
+// MetaOf returns the contract JSON of s with both lists emptied: [] for a
+// list that is present, null for a nil one, so that Load gives back the very
+// same JSON.
+func MetaOf(s *agent.Snapshot) ([]byte, error) {
+	c := *s
+	if c.Memory.ShortTermHistory != nil {
+		c.Memory.ShortTermHistory = []agent.Message{}
+	}
+	if c.EventQueueBackup != nil {
+		c.EventQueueBackup = []agent.Event{}
+	}
+	return agent.Encode(&c)
+}
+
+// EncodeElement returns the row data of one message or event:
+// CRC-32C of the JSON, 4 bytes big endian, then the JSON. It also returns
+// the checksum, which the cache keeps for the last element.
+func EncodeElement(v any) ([]byte, uint32, error) {
+	js, err := json.Marshal(v)
+	if err != nil {
+		return nil, 0, err
+	}
+	sum := crc32.Checksum(js, castagnoli)
+	out := make([]byte, 4, 4+len(js))
+	binary.BigEndian.PutUint32(out, sum)
+	return append(out, js...), sum, nil
+}
+
+// DecodeElement checks the checksum of row data and decodes its JSON into v.
+func DecodeElement(b []byte, v any) (uint32, error) {
+	if len(b) < 4 {
+		return 0, fmt.Errorf("element of %d bytes is too short: %w", len(b), ErrChecksum)
+	}
+	want := binary.BigEndian.Uint32(b)
+	if got := crc32.Checksum(b[4:], castagnoli); got != want {
+		return 0, fmt.Errorf("element crc32c %08x, stored %08x: %w", got, want, ErrChecksum)
+	}
+	if err := json.Unmarshal(b[4:], v); err != nil {
+		return 0, fmt.Errorf("element: %w", err)
+	}
+	return want, nil
+}

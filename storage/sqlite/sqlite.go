@@ -1,0 +1,813 @@
+package sqlite
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	msqlite "modernc.org/sqlite" // registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
+)
+
+func init() {
+	plugin.Register(plugin.Info{
+		ID:          "storage.sqlite",
+		Description: "every agent in one SQLite database (pure Go, WAL, synchronous=FULL)",
+		OpenStorage: openURL,
+	})
+}
+
+// The two lists of a snapshot, as the elements.list column names them.
+const (
+	listHistory = 0 // Memory.ShortTermHistory
+	listQueue   = 1 // EventQueueBackup
+)
+
+// pruneBatch is how many task rows one Save deletes at most beyond the
+// results it adds, so that pruning keeps up without making a Save slow.
+const pruneBatch = 64
+
+// maxOpenConns bounds the pool; every connection holds its own page cache,
+// which matters on a small board.
+const maxOpenConns = 4
+
+// Options configure a Store.
+type Options struct {
+	// Logger receives a warning for each damaged generation Load skips and
+	// for a database SQLite could not put in WAL mode. The zero Logger
+	// discards them.
+	Logger zerolog.Logger
+
+	// Retention bounds the task index of each agent. A zero field takes
+	// the value of plugin.DefaultRetention; a negative one means no limit.
+	Retention plugin.Retention
+
+	// Now is the clock that stamps indexed results and ages them out.
+	// Default time.Now.
+	Now func() time.Time
+}
+
+// Store is the SQLite snapshot store. It is safe for concurrent use; calls for
+// one agent are expected from that agent's single owner goroutine.
+type Store struct {
+	db   *sql.DB
+	path string
+	log  zerolog.Logger
+	ret  plugin.Retention
+	now  func() time.Time
+
+	// wmu serialises this process's write transactions. SQLite admits one
+	// writer at a time anyway; queueing here is cheaper than busy-waiting
+	// in the driver, which is left for other processes.
+	wmu sync.Mutex
+
+	mu     sync.Mutex             // guards closed and cache
+	closed bool                   // set by Close
+	cache  map[string]*cacheEntry // per agent: where the newest generation's lists are
+}
+
+// cacheEntry is what the store remembers of an agent's newest generation,
+// so that a Save can append to its lists instead of rewriting them.
+type cacheEntry struct {
+	gen     uint64
+	history record.Span
+	queue   record.Span
+	// hist and events are shallow copies of the lists of generation gen
+	// (their strings shared with the caller's snapshot), nil when unknown.
+	// A Save appends to a list only when the elements it keeps compare
+	// equal to these; comparing shared strings costs a pointer check each.
+	hist   []agent.Message
+	events []agent.Event
+	// lists is false when the entry knows where the lists are but not
+	// what they hold (read from a record): the next Save writes both in
+	// full.
+	lists bool
+	// damaged is set by a Load that had to skip the newest generation.
+	// The rows a Save would append to may be the damaged ones, and the
+	// good generation is an older one: the next Save writes its lists in
+	// full and deletes nothing, and the Save after it cleans up.
+	damaged bool
+}
+
+// newEntry returns the cache entry of a generation whose lists are those of
+// snap.
+func newEntry(gen uint64, h, q record.Span, snap *agent.Snapshot) *cacheEntry {
+	return &cacheEntry{
+		gen: gen, history: h, queue: q, lists: true,
+		hist:   slices.Clone(snap.Memory.ShortTermHistory),
+		events: slices.Clone(snap.EventQueueBackup),
+	}
+}
+
+// openURL is the plugin opener: sqlite:///abs/state.db, sqlite://rel/state.db,
+// or sqlite:// for {DataDir}/state.db. Query parameters: retention_tasks
+// (a count) and retention_age (a Go duration such as 168h).
+func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, error) {
+	path := plugin.URLPath(u)
+	if path == "" {
+		path = filepath.Join(env.DataDir, "state.db")
+	}
+	o := Options{Logger: env.Log}
+	if err := parseQuery(u.Query(), &o.Retention); err != nil {
+		return nil, fmt.Errorf("sqlite: store url %s: %w", u.Redacted(), err)
+	}
+	return Open(ctx, path, o)
+}
+
+// parseQuery reads the retention parameters of a store URL and rejects any
+// other, so that a misspelt parameter is an error rather than ignored.
+func parseQuery(q url.Values, r *plugin.Retention) error {
+	for k, vs := range q {
+		v := vs[len(vs)-1]
+		switch k {
+		case "retention_tasks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("retention_tasks=%q: want a number of tasks", v)
+			}
+			r.MaxTasks = n
+		case "retention_age":
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return fmt.Errorf("retention_age=%q: want a duration such as 168h", v)
+			}
+			r.MaxAgeMs = d.Milliseconds()
+		default:
+			return fmt.Errorf("unknown parameter %q (known: retention_tasks, retention_age)", k)
+		}
+	}
+	return nil
+}
+
+// dsn returns the driver's name for the database at the absolute path abs,
+// with the pragmas every connection needs. _txlock=immediate makes every
+// write transaction take the write lock at BEGIN, so two writers queue on
+// busy_timeout instead of one failing at its first write.
+func dsn(abs string) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p // C:/x on Windows
+	}
+	u := url.URL{Scheme: "file", Path: p}
+	return u.String() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
+		"&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+// Open opens, creating it if needed, the database at path and migrates its
+// schema to this build's version.
+func Open(ctx context.Context, path string, o Options) (*Store, error) {
+	if path == "" {
+		return nil, errors.New("sqlite: open: empty path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	db, err := sql.Open("sqlite", dsn(abs))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	db.SetMaxOpenConns(maxOpenConns)
+	s := &Store{
+		db:    db,
+		path:  abs,
+		log:   o.Logger,
+		ret:   retention(o.Retention),
+		now:   o.Now,
+		cache: map[string]*cacheEntry{},
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	var mode string
+	if err := db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, corruptIf(err))
+	}
+	if !strings.EqualFold(mode, "wal") {
+		s.log.Warn().Str("path", abs).Str("journal_mode", mode).
+			Msg("sqlite: the database is not in WAL mode (is it on a network file system?); saves stay durable but slower")
+	}
+	if err := migrate(ctx, db, migrations); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, corruptIf(err))
+	}
+	return s, nil
+}
+
+// retention fills the zero fields of r from plugin.DefaultRetention.
+func retention(r plugin.Retention) plugin.Retention {
+	if r.MaxTasks == 0 {
+		r.MaxTasks = plugin.DefaultRetention.MaxTasks
+	}
+	if r.MaxAgeMs == 0 {
+		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
+	}
+	return r
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// corruptIf wraps err with plugin.ErrCorrupt when SQLite says the file is
+// damaged or is not a database.
+func corruptIf(err error) error {
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() & 0xff {
+		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
+			return fmt.Errorf("%w: %w", err, plugin.ErrCorrupt)
+		}
+	}
+	return err
+}
+
+// entry returns the cache entry of id, or ErrClosed.
+func (s *Store) entry(id string) (*cacheEntry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, plugin.ErrClosed
+	}
+	return s.cache[id], nil
+}
+
+func (s *Store) remember(id string, e *cacheEntry) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if e == nil {
+		delete(s.cache, id)
+		return
+	}
+	s.cache[id] = e
+}
+
+// failed returns err, or ErrClosed when the store was closed under the call.
+func (s *Store) failed(err error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return plugin.ErrClosed
+	}
+	return corruptIf(err)
+}
+
+// Save stores snap as the agent's newest generation, keeps the one before it,
+// and indexes the new results of its outbox, in one transaction. It returns
+// after that transaction is durable.
+func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
+	if snap == nil {
+		return errors.New("sqlite: save: nil snapshot")
+	}
+	id := snap.AgentID
+	if err := agent.ValidateID(id); err != nil {
+		return fmt.Errorf("sqlite: save: %w", err)
+	}
+	if err := snap.Validate(); err != nil {
+		return fmt.Errorf("sqlite: save %s: %w", id, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("sqlite: save %s: %w", id, err)
+	}
+	cached, err := s.entry(id)
+	if err != nil {
+		return fmt.Errorf("sqlite: save %s: %w", id, err)
+	}
+
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: save %s: %w", id, s.failed(err))
+	}
+	next, err := s.save(ctx, tx, snap, cached)
+	if err != nil {
+		tx.Rollback() //nolint:errcheck // the save error is the one to report
+		s.remember(id, nil)
+		return fmt.Errorf("sqlite: save %s: %w", id, s.failed(err))
+	}
+	// Commit point: COMMIT returns after the WAL is fsynced (synchronous=FULL).
+	if err := tx.Commit(); err != nil {
+		s.remember(id, nil)
+		return fmt.Errorf("sqlite: save %s: commit: %w", id, s.failed(err))
+	}
+	s.remember(id, next)
+	return nil
+}
+
+// save writes one generation inside tx and returns the cache entry that
+// describes it.
+func (s *Store) save(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, cached *cacheEntry) (*cacheEntry, error) {
+	id := snap.AgentID
+	var curGen, taskSeq uint64
+	var taskCount int64
+	err := tx.QueryRowContext(ctx, `SELECT gen, task_seq, task_count FROM agents WHERE agent_id = ?`, id).
+		Scan(&curGen, &taskSeq, &taskCount)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return nil, err
+	}
+	// The agents row is the pointer to the newest generation; MAX(gen)
+	// covers a row lost to damage, so a new generation never collides.
+	var maxGen uint64
+	if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(gen), 0) FROM generations WHERE agent_id = ?`, id).
+		Scan(&maxGen); err != nil {
+		return nil, err
+	}
+	curGen = max(curGen, maxGen)
+
+	// prev describes generation curGen, the one this Save keeps as the
+	// previous one; nil when there is none or its record is unreadable,
+	// and then nothing is deleted. Its lists are appended to only when
+	// prev.lists says they are known.
+	var prev *cacheEntry
+	switch {
+	case curGen == 0:
+	case cached != nil && cached.gen == curGen && cached.damaged:
+	case cached != nil && cached.gen == curGen:
+		prev = cached
+	default:
+		var blob []byte
+		err := tx.QueryRowContext(ctx, `SELECT record FROM generations WHERE agent_id = ? AND gen = ?`, id, curGen).Scan(&blob)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		if r, _, derr := record.Decode(blob); err == nil && derr == nil {
+			prev = &cacheEntry{gen: r.Gen, history: r.History, queue: r.Queue}
+		}
+	}
+	var hPrev, qPrev *record.Span
+	var hOld []agent.Message
+	var qOld []agent.Event
+	if prev != nil && prev.lists {
+		hPrev, qPrev, hOld, qOld = &prev.history, &prev.queue, prev.hist, prev.events
+	}
+
+	h, q := snap.Memory.ShortTermHistory, snap.EventQueueBackup
+	hSpan, err := writeList(ctx, tx, id, listHistory, hPrev, hOld, snap.HistorySeq, h, eqMessage)
+	if err != nil {
+		return nil, fmt.Errorf("short_term_history: %w", err)
+	}
+	qSpan, err := writeList(ctx, tx, id, listQueue, qPrev, qOld, snap.QueueSeq, q, eqEvent)
+	if err != nil {
+		return nil, fmt.Errorf("event_queue_backup: %w", err)
+	}
+	next := newEntry(curGen+1, hSpan, qSpan, snap)
+
+	meta, err := record.MetaOf(snap)
+	if err != nil {
+		return nil, err
+	}
+	blob, err := record.Encode(&record.Record{Gen: next.gen, History: next.history, Queue: next.queue, Meta: meta})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO generations (agent_id, gen, record) VALUES (?, ?, ?)`,
+		id, next.gen, blob); err != nil {
+		return nil, err
+	}
+
+	// Keep generation curGen and the new one; drop what only older ones
+	// used. Spans only move forward (appends go past the end, rewrites
+	// above every key in use), so "below prev's first key" is exactly the
+	// rows no kept generation needs.
+	if prev != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM generations WHERE agent_id = ? AND gen < ?`, id, prev.gen); err != nil {
+			return nil, err
+		}
+		for _, d := range []struct {
+			list int
+			key  int64
+		}{{listHistory, min(prev.history.Key, next.history.Key)}, {listQueue, min(prev.queue.Key, next.queue.Key)}} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM elements WHERE agent_id = ? AND list = ? AND seq < ?`,
+				id, d.list, d.key); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	taskSeq, taskCount, err = s.index(ctx, tx, snap, taskSeq, taskCount)
+	if err != nil {
+		return nil, fmt.Errorf("task index: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO agents (agent_id, gen, task_seq, task_count) VALUES (?, ?, ?, ?)
+		ON CONFLICT (agent_id) DO UPDATE SET gen = excluded.gen, task_seq = excluded.task_seq, task_count = excluded.task_count`,
+		id, next.gen, taskSeq, taskCount); err != nil {
+		return nil, err
+	}
+	return next, nil
+}
+
+// writeList stores the elements of one list (element i at absolute position
+// seq+i) and returns the span that holds them. With prev and old, the span
+// and the elements of the same list in the newest stored generation, it
+// writes only the elements appended since, when the list is old with
+// elements dropped from its front and appended at its back; otherwise it
+// writes them all above every key in use, leaving prev's rows intact.
+func writeList[T any](ctx context.Context, tx *sql.Tx, id string, list int, prev *record.Span, old []T, seq uint64, elems []T, eq func(a, b *T) bool) (record.Span, error) {
+	n := len(elems)
+	sp := record.Span{Seq: seq, N: int64(n)}
+	from := 0
+	incremental := false
+	if prev != nil && int64(len(old)) == prev.N && seq >= prev.Seq && seq-prev.Seq <= uint64(prev.N) {
+		dropped := int(seq - prev.Seq)
+		overlap := len(old) - dropped // elements both generations hold
+		if overlap <= n {
+			incremental = true
+			for i := 0; i < overlap; i++ {
+				if !eq(&elems[i], &old[dropped+i]) {
+					incremental = false
+					break
+				}
+			}
+		}
+		if incremental {
+			sp.Key = prev.Key + int64(dropped)
+			from = overlap
+			if overlap > 0 && from == n {
+				sp.Last = prev.Last
+			}
+		}
+	}
+	if !incremental {
+		if err := tx.QueryRowContext(ctx, `SELECT COALESCE(MAX(seq), -1) + 1 FROM elements WHERE agent_id = ? AND list = ?`,
+			id, list).Scan(&sp.Key); err != nil {
+			return record.Span{}, err
+		}
+	}
+	if from == n {
+		return sp, nil
+	}
+	const insert = `INSERT INTO elements (agent_id, list, seq, data) VALUES (?, ?, ?, ?)`
+	exec := func(args ...any) error { _, err := tx.ExecContext(ctx, insert, args...); return err }
+	if n-from > 4 {
+		stmt, err := tx.PrepareContext(ctx, insert)
+		if err != nil {
+			return record.Span{}, err
+		}
+		defer stmt.Close()
+		exec = func(args ...any) error { _, err := stmt.ExecContext(ctx, args...); return err }
+	}
+	for i := from; i < n; i++ {
+		data, sum, err := record.EncodeElement(&elems[i])
+		if err != nil {
+			return record.Span{}, fmt.Errorf("element %d: %w", i, err)
+		}
+		if err := exec(id, list, sp.Key+int64(i), data); err != nil {
+			return record.Span{}, err
+		}
+		sp.Last = sum
+	}
+	return sp, nil
+}
+
+func eqMessage(a, b *agent.Message) bool { return *a == *b }
+
+// eqEvent compares every field of agent.Event; TestEqEventCoversEveryField
+// fails when the struct gains one.
+func eqEvent(a, b *agent.Event) bool {
+	return a.Source == b.Source && a.Type == b.Type && a.ID == b.ID && a.ReceivedAt == b.ReceivedAt &&
+		bytes.Equal(a.Payload, b.Payload)
+}
+
+// index adds the outbox results above the mark taskSeq to the task index and
+// prunes it, and returns the new mark and row count.
+func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, taskSeq uint64, count int64) (uint64, int64, error) {
+	// An agent restored from an older generation (NextResultSeq at or
+	// below the mark) replays results the index may hold from the lost
+	// future: index its whole outbox again, and move the mark back.
+	floor, mark := taskSeq, taskSeq
+	if snap.NextResultSeq > 0 && snap.NextResultSeq <= taskSeq {
+		floor, mark = 0, snap.NextResultSeq-1
+	}
+	now := s.now().UnixMilli()
+	added := 0
+	for i := range snap.Outbox {
+		r := &snap.Outbox[i]
+		if r.Seq <= floor || r.TaskID == "" {
+			continue
+		}
+		data, _, err := record.EncodeElement(r)
+		if err != nil {
+			return 0, 0, err
+		}
+		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO tasks (agent_id, task_id, seq, indexed_at, result) VALUES (?, ?, ?, ?, ?)`,
+			snap.AgentID, r.TaskID, r.Seq, now, data)
+		if err != nil {
+			return 0, 0, err
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			count++
+		} else if _, err := tx.ExecContext(ctx, `UPDATE tasks SET seq = ?, indexed_at = ?, result = ? WHERE agent_id = ? AND task_id = ?`,
+			r.Seq, now, data, snap.AgentID, r.TaskID); err != nil {
+			return 0, 0, err
+		}
+		mark = max(mark, r.Seq)
+		added++
+	}
+
+	budget := int64(pruneBatch + added)
+	if over := count - int64(s.ret.MaxTasks); s.ret.MaxTasks > 0 && over > 0 {
+		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE rowid IN
+			(SELECT rowid FROM tasks WHERE agent_id = ? ORDER BY seq LIMIT ?)`, snap.AgentID, min(over, budget))
+		if err != nil {
+			return 0, 0, err
+		}
+		n, _ := res.RowsAffected()
+		count -= n
+		budget -= n
+	}
+	if s.ret.MaxAgeMs > 0 && budget > 0 {
+		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE rowid IN
+			(SELECT rowid FROM tasks WHERE agent_id = ? AND indexed_at < ? ORDER BY indexed_at LIMIT ?)`,
+			snap.AgentID, now-s.ret.MaxAgeMs, budget)
+		if err != nil {
+			return 0, 0, err
+		}
+		n, _ := res.RowsAffected()
+		count -= n
+	}
+	return mark, max(count, 0), nil
+}
+
+// stored is one generation row as Load reads it.
+type stored struct {
+	gen  uint64
+	blob []byte
+}
+
+// Load returns the newest good generation of the agent. See the package
+// documentation for what it does with damaged ones.
+func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("sqlite: load: %w", err)
+	}
+	if _, err := s.entry(agentID); err != nil {
+		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, err)
+	}
+	snap, entry, err := s.load(ctx, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, s.failed(err))
+	}
+	s.remember(agentID, entry)
+	return snap, nil
+}
+
+func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEntry, error) {
+	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // read only
+
+	var newest uint64
+	hasAgent := true
+	if err := tx.QueryRowContext(ctx, `SELECT gen FROM agents WHERE agent_id = ?`, id).Scan(&newest); err != nil {
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, nil, err
+		}
+		hasAgent = false
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT gen, record FROM generations WHERE agent_id = ? ORDER BY gen DESC`, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	var gens []stored
+	for rows.Next() {
+		var g stored
+		if err := rows.Scan(&g.gen, &g.blob); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		gens = append(gens, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(gens) == 0 {
+		if hasAgent {
+			return nil, nil, fmt.Errorf("generation %d is listed but no record is stored: %w", newest, plugin.ErrCorrupt)
+		}
+		return nil, nil, nil
+	}
+	newest = max(newest, gens[0].gen)
+
+	var problems []string
+	for _, g := range gens {
+		snap, rec, err := loadGeneration(ctx, tx, id, g)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil, nil, ctx.Err()
+			}
+			problems = append(problems, fmt.Sprintf("generation %d: %v", g.gen, err))
+			s.log.Warn().Str("agent", id).Uint64("gen", g.gen).Str("path", s.path).Err(err).
+				Msg("sqlite: stored generation is damaged, trying the previous one")
+			continue
+		}
+		e := newEntry(rec.Gen, rec.History, rec.Queue, snap)
+		if g.gen != newest || len(problems) > 0 {
+			s.log.Warn().Str("agent", id).Uint64("gen", g.gen).Uint64("newest", newest).Str("path", s.path).
+				Msg("sqlite: loaded an older generation; the newest one is damaged or missing")
+			e = &cacheEntry{gen: newest, damaged: true}
+		}
+		return snap, e, nil
+	}
+	return nil, nil, fmt.Errorf("no good generation (%s): %w", strings.Join(problems, "; "), plugin.ErrCorrupt)
+}
+
+// loadGeneration decodes one generation record and reads its elements.
+func loadGeneration(ctx context.Context, tx *sql.Tx, id string, g stored) (*agent.Snapshot, *record.Record, error) {
+	rec, snap, err := record.Decode(g.blob)
+	if err != nil {
+		return nil, nil, err
+	}
+	if rec.Gen != g.gen {
+		return nil, nil, fmt.Errorf("record says generation %d: %w", rec.Gen, record.ErrChecksum)
+	}
+	if snap.AgentID != id {
+		return nil, nil, fmt.Errorf("record is of agent %q: %w", snap.AgentID, record.ErrChecksum)
+	}
+	if snap.Memory.ShortTermHistory != nil {
+		h := make([]agent.Message, rec.History.N)
+		if err := readList(ctx, tx, id, listHistory, rec.History, func(i int) any { return &h[i] }); err != nil {
+			return nil, nil, fmt.Errorf("short_term_history: %w", err)
+		}
+		snap.Memory.ShortTermHistory = h
+	}
+	if snap.EventQueueBackup != nil {
+		q := make([]agent.Event, rec.Queue.N)
+		if err := readList(ctx, tx, id, listQueue, rec.Queue, func(i int) any { return &q[i] }); err != nil {
+			return nil, nil, fmt.Errorf("event_queue_backup: %w", err)
+		}
+		snap.EventQueueBackup = q
+	}
+	snap.HistorySeq = rec.History.Seq
+	snap.QueueSeq = rec.Queue.Seq
+	if err := snap.Validate(); err != nil {
+		return nil, nil, err
+	}
+	return snap, rec, nil
+}
+
+// readList reads the elements of sp into at(0) .. at(sp.N-1), checking each
+// checksum, that no key is missing, and the last element's checksum.
+func readList(ctx context.Context, tx *sql.Tx, id string, list int, sp record.Span, at func(int) any) error {
+	if sp.N == 0 {
+		return nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, data FROM elements WHERE agent_id = ? AND list = ? AND seq >= ? AND seq < ? ORDER BY seq`,
+		id, list, sp.Key, sp.End())
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	var i int64
+	var sum uint32
+	for rows.Next() {
+		var key int64
+		var data []byte
+		if err := rows.Scan(&key, &data); err != nil {
+			return err
+		}
+		if key != sp.Key+i {
+			return fmt.Errorf("element %d is missing: %w", sp.Key+i, record.ErrChecksum)
+		}
+		if sum, err = record.DecodeElement(data, at(int(i))); err != nil {
+			return fmt.Errorf("element %d: %w", key, err)
+		}
+		i++
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if i != sp.N {
+		return fmt.Errorf("%d of %d elements stored: %w", i, sp.N, record.ErrChecksum)
+	}
+	if sum != sp.Last {
+		return fmt.Errorf("last element is not the one saved: %w", record.ErrChecksum)
+	}
+	return nil
+}
+
+// Delete removes every generation, element and indexed result of the agent.
+func (s *Store) Delete(ctx context.Context, agentID string) error {
+	if err := agent.ValidateID(agentID); err != nil {
+		return fmt.Errorf("sqlite: delete: %w", err)
+	}
+	if _, err := s.entry(agentID); err != nil {
+		return fmt.Errorf("sqlite: delete %s: %w", agentID, err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err := func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+		for _, table := range []string{"agents", "generations", "elements", "tasks"} {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM `+table+` WHERE agent_id = ?`, agentID); err != nil {
+				return err
+			}
+		}
+		return tx.Commit()
+	}()
+	s.remember(agentID, nil)
+	if err != nil {
+		return fmt.Errorf("sqlite: delete %s: %w", agentID, s.failed(err))
+	}
+	return nil
+}
+
+// List returns the ids of every stored agent, sorted.
+func (s *Store) List(ctx context.Context) ([]string, error) {
+	if _, err := s.entry(""); err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", err)
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT agent_id FROM agents UNION SELECT agent_id FROM generations ORDER BY 1`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", s.failed(err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("sqlite: list: %w", s.failed(err))
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlite: list: %w", s.failed(err))
+	}
+	return ids, nil
+}
+
+// TaskResult returns the indexed result of a task of the agent.
+func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.Result, error) {
+	if err := agent.ValidateID(agentID); err != nil {
+		return nil, fmt.Errorf("sqlite: task result: %w", err)
+	}
+	if _, err := s.entry(agentID); err != nil {
+		return nil, fmt.Errorf("sqlite: task result %s/%s: %w", agentID, taskID, err)
+	}
+	var data []byte
+	err := s.db.QueryRowContext(ctx, `SELECT result FROM tasks WHERE agent_id = ? AND task_id = ?`, agentID, taskID).Scan(&data)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("sqlite: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: task result %s/%s: %w", agentID, taskID, s.failed(err))
+	}
+	var r agent.Result
+	if _, err := record.DecodeElement(data, &r); err != nil {
+		return nil, fmt.Errorf("sqlite: task result %s/%s: %v: %w", agentID, taskID, err, plugin.ErrCorrupt)
+	}
+	return &r, nil
+}
+
+// Close closes the database. The last connection to close checkpoints the
+// WAL into the database file. Closing twice is not an error.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.cache = nil
+	s.mu.Unlock()
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Interface guards.
+var (
+	_ plugin.Storage   = (*Store)(nil)
+	_ plugin.TaskIndex = (*Store)(nil)
+	_ plugin.Lister    = (*Store)(nil)
+)
