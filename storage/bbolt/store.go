@@ -18,6 +18,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
 
 // FileName is the name of an agent's file inside its directory.
@@ -105,9 +106,7 @@ type Store struct {
 	tune tuning
 	log  zerolog.Logger
 
-	mu     sync.Mutex // guards agents and closed
-	agents map[string]*agentStore
-	closed bool
+	agents backend.Agents[agentStore] // refused after Close
 }
 
 // agentStore is one agent's file. Its mutex serialises every operation on the
@@ -154,13 +153,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	} else if !fi.IsDir() {
 		return nil, fmt.Errorf("bbolt: open: %s is not a directory", abs)
 	}
-	def := plugin.DefaultRetention
-	if opts.Retention.MaxTasks == 0 {
-		opts.Retention.MaxTasks = def.MaxTasks
-	}
-	if opts.Retention.MaxAgeMs == 0 {
-		opts.Retention.MaxAgeMs = def.MaxAgeMs
-	}
+	opts.Retention = backend.Retention(opts.Retention)
 	switch {
 	case opts.LockTimeout == 0:
 		opts.LockTimeout = DefaultLockTimeout
@@ -168,11 +161,10 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts.LockTimeout = time.Nanosecond // bbolt: 0 would wait forever
 	}
 	st := &Store{
-		dir:    abs,
-		opts:   opts,
-		tune:   defaultTuning(),
-		log:    opts.Logger.With().Str("store", "bbolt").Logger(),
-		agents: map[string]*agentStore{},
+		dir:  abs,
+		opts: opts,
+		tune: defaultTuning(),
+		log:  opts.Logger.With().Str("store", "bbolt").Logger(),
 	}
 	if opts.tune != nil {
 		opts.tune(&st.tune)
@@ -195,24 +187,20 @@ func (e *lockedError) Unwrap() error { return plugin.ErrLocked }
 
 // agent returns the agentStore of a valid id, locked; the caller unlocks it.
 func (s *Store) agent(id string) (*agentStore, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, plugin.ErrClosed
+	a, err := s.agents.GetOrAdd(id, s.newAgent)
+	if err != nil {
+		return nil, err
 	}
-	a := s.agents[id]
-	if a == nil {
-		a = &agentStore{id: id, path: filepath.Join(s.dir, id, FileName)}
-		s.agents[id] = a
-	}
-	s.mu.Unlock()
-
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
 		return nil, plugin.ErrClosed
 	}
 	return a, nil
+}
+
+func (s *Store) newAgent(id string) *agentStore {
+	return &agentStore{id: id, path: filepath.Join(s.dir, id, FileName)}
 }
 
 // open opens the agent's file if it is not open yet. Without create, a
@@ -509,27 +497,25 @@ func continues(prev *listRange, prevSums []uint32, seq uint64, n int,
 	return int(last) + 1, prevSums[drop:], true, nil
 }
 
+// seekLast moves c to the last key below those of the next prefix: the
+// highest key under prefix, if there is one.
+func seekLast(c *bolt.Cursor, prefix byte) (k, v []byte) {
+	if k, _ := c.Seek([]byte{prefix + 1}); k == nil {
+		return c.Last()
+	}
+	return c.Prev()
+}
+
 // lastKey returns the highest number under prefix.
 func lastKey(b *bolt.Bucket, prefix byte) (uint64, bool) {
-	c := b.Cursor()
-	k, _ := c.Seek([]byte{prefix + 1})
-	if k == nil {
-		k, _ = c.Last()
-	} else {
-		k, _ = c.Prev()
-	}
+	k, _ := seekLast(b.Cursor(), prefix)
 	return keyNum(prefix, k)
 }
 
 // newestRecord returns the newest generation record that decodes, or nil.
 func newestRecord(b *bolt.Bucket) *record {
 	c := b.Cursor()
-	k, v := c.Seek([]byte{prefixRecord + 1})
-	if k == nil {
-		k, v = c.Last()
-	} else {
-		k, v = c.Prev()
-	}
+	k, v := seekLast(c, prefixRecord)
 	for ; k != nil && k[0] == prefixRecord; k, v = c.Prev() {
 		if r, err := decodeRecord(k, v); err == nil {
 			r.Snap = nil
@@ -795,10 +781,7 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("bbolt: list: %w", err)
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.agents.Closed() {
 		return nil, fmt.Errorf("bbolt: list: %w", plugin.ErrClosed)
 	}
 	entries, err := os.ReadDir(s.dir)
@@ -820,16 +803,10 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 // Close closes every agent's file, releasing its lock. Later calls of any
 // method fail with ErrClosed; a second Close returns nil.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	agents, first := s.agents.Close()
+	if !first {
 		return nil
 	}
-	s.closed = true
-	agents := s.agents
-	s.agents = nil
-	s.mu.Unlock()
-
 	var errs []error
 	for _, a := range agents {
 		a.mu.Lock()

@@ -1,21 +1,17 @@
 package bbolt
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openstarry/openstarry-edge/storage/bbolt/bolttest"
 	"math/rand/v2"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,20 +20,25 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/bbolt/bolttest"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 
 var ctx = context.Background()
 
+// openStorage opens the store in dir for the conformance suite and the crash
+// test.
+func openStorage(t *testing.T, dir string) plugin.Storage {
+	s, err := Open(dir, Options{Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func TestConformance(t *testing.T) {
 	storagetest.Run(t, storagetest.Harness{
-		Open: func(t *testing.T, dir string) plugin.Storage {
-			s, err := Open(dir, Options{Logger: testLogger(t)})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return s
-		},
+		Open: openStorage,
 		CorruptLatest: func(t *testing.T, dir, agentID string) {
 			corruptRecords(t, filepath.Join(dir, agentID, FileName), true)
 		},
@@ -109,6 +110,16 @@ func mustOpen(t *testing.T, dir string, opts Options) *Store {
 		}
 	})
 	return s
+}
+
+// agentDB returns the open bbolt file of an agent of s.
+func agentDB(t *testing.T, s *Store, id string) *bolt.DB {
+	t.Helper()
+	a, err := s.agents.Get(id)
+	if err != nil || a == nil || a.db == nil {
+		t.Fatalf("agent %s has no open file (%v)", id, err)
+	}
+	return a.db
 }
 
 func mustSave(t *testing.T, s *Store, snap *agent.Snapshot) {
@@ -295,11 +306,10 @@ func TestReopenWithoutClose(t *testing.T) {
 	checkLoad(t, mustOpen(t, copyDir, Options{}), snap)
 }
 
-// The crash test: a child process saves in a loop and reports each tick
-// after Save returned; the parent SIGKILLs it at a random moment, then the
-// last acknowledged tick, or the one in flight, must load, whole.
-
-const crashEnv = "OPENSTARRY_BBOLT_CRASH_DIR"
+// The crash test (storagetest.RunCrash): a child process saves in a loop and
+// reports each tick after Save returned; the parent SIGKILLs it at a random
+// moment, then the last acknowledged tick, or the one in flight, must load,
+// whole.
 
 // crashSnapshot is the snapshot of tick: a sliding history of 40 messages
 // (two a tick) and a queue of 3 events sliding by one a tick, so that
@@ -322,100 +332,8 @@ func crashSnapshot(tick uint64) *agent.Snapshot {
 	return s
 }
 
-func TestCrashChild(t *testing.T) {
-	dir := os.Getenv(crashEnv)
-	if dir == "" {
-		t.Skip("run by TestCrash")
-	}
-	s, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var tick uint64
-	if got, err := s.Load(ctx, "crash"); err != nil {
-		t.Fatal(err)
-	} else if got != nil {
-		tick = got.TickIndex
-	}
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); {
-		tick++
-		if err := s.Save(ctx, crashSnapshot(tick)); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Printf("ack %d\n", tick)
-	}
-}
-
 func TestCrash(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts child processes")
-	}
-	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(3, 4))
-	var lastAck uint64
-	for round := 0; round < 6; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestCrashChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), crashEnv+"="+dir)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		acks := make(chan uint64, 1024)
-		go func() {
-			defer close(acks)
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if n, ok := strings.CutPrefix(sc.Text(), "ack "); ok {
-					v, _ := strconv.ParseUint(n, 10, 64)
-					acks <- v
-				}
-			}
-		}()
-		// Wait for a first ack of this round, then kill at a random moment.
-		select {
-		case v, ok := <-acks:
-			if !ok {
-				_ = cmd.Wait()
-				t.Fatalf("child exited before saving: %s", stderr.String())
-			}
-			lastAck = v
-		case <-time.After(10 * time.Second):
-			_ = cmd.Process.Kill()
-			t.Fatalf("child saved nothing in 10s: %s", stderr.String())
-		}
-		time.Sleep(time.Duration(5+rng.IntN(60)) * time.Millisecond)
-		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		for v := range acks {
-			lastAck = v
-		}
-		_ = cmd.Wait()
-
-		s, err := Open(dir, Options{Logger: testLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := s.Load(ctx, "crash")
-		if err != nil {
-			t.Fatalf("round %d: Load after SIGKILL: %v", round, err)
-		}
-		if got == nil || got.TickIndex < lastAck || got.TickIndex > lastAck+1 {
-			t.Fatalf("round %d: loaded %v after the child acknowledged tick %d", round, got, lastAck)
-		}
-		if g, w := encode(t, got), encode(t, crashSnapshot(got.TickIndex)); g != w {
-			t.Fatalf("round %d: tick %d loaded as\n%s\nwant\n%s", round, got.TickIndex, g, w)
-		}
-		t.Logf("round %d: killed after tick %d, loaded tick %d", round, lastAck, got.TickIndex)
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	storagetest.RunCrash(t, storagetest.CrashHarness{Open: openStorage, Snapshot: crashSnapshot})
 }
 
 // TestSaveCostFlat checks, in pages written, that a Save costs about the
@@ -428,7 +346,7 @@ func TestSaveCostFlat(t *testing.T) {
 		for i := 0; i < 50; i++ {
 			mustSave(t, s, w.step())
 		}
-		db := s.agents["flat"].db
+		db := agentDB(t, s, "flat")
 		written := func() int64 { st := db.Stats(); return st.TxStats.GetWrite() }
 		before := written()
 		const saves = 200
@@ -495,7 +413,7 @@ func TestRetention(t *testing.T) {
 		mustSave(t, s, snap)
 		count := func() uint64 {
 			var n uint64
-			if err := s.agents["ret"].db.View(func(tx *bolt.Tx) error {
+			if err := agentDB(t, s, "ret").View(func(tx *bolt.Tx) error {
 				var err error
 				n, err = taskCount(tx.Bucket(bucketTasks))
 				return err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
 
 func init() {
@@ -61,9 +61,7 @@ type Store struct {
 	ret plugin.Retention
 	now func() time.Time
 
-	mu     sync.Mutex             // guards closed and agents (the map, not the entries)
-	closed bool                   // set by Close
-	agents map[string]*agentState // per agent id
+	agents backend.Agents[agentState] // per agent id; refused after Close
 }
 
 // agentState is what the store knows of one agent's files.
@@ -96,40 +94,12 @@ const (
 // for {DataDir}/snapshots. Query parameters: retention_tasks (a count) and
 // retention_age (a Go duration such as 168h).
 func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, error) {
-	dir := plugin.URLPath(u)
-	if dir == "" {
-		dir = filepath.Join(env.DataDir, "snapshots")
-	}
 	o := Options{Logger: env.Log}
-	if err := parseQuery(u.Query(), &o.Retention); err != nil {
+	dir, err := backend.PathURL(u, env, "snapshots", &o.Retention)
+	if err != nil {
 		return nil, fmt.Errorf("file: store url %s: %w", u.Redacted(), err)
 	}
 	return Open(ctx, dir, o)
-}
-
-// parseQuery reads the retention parameters of a store URL and rejects any
-// other, so that a misspelt parameter is an error rather than ignored.
-func parseQuery(q url.Values, r *plugin.Retention) error {
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "retention_tasks":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("retention_tasks=%q: want a number of tasks", v)
-			}
-			r.MaxTasks = n
-		case "retention_age":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("retention_age=%q: want a duration such as 168h", v)
-			}
-			r.MaxAgeMs = d.Milliseconds()
-		default:
-			return fmt.Errorf("unknown parameter %q (known: retention_tasks, retention_age)", k)
-		}
-	}
-	return nil
 }
 
 // Open opens the store in dir, creating the directory if needed. It reads no
@@ -148,22 +118,11 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", abs, err)
 	}
-	s := &Store{dir: abs, log: o.Logger, ret: retention(o.Retention), now: o.Now, agents: map[string]*agentState{}}
+	s := &Store{dir: abs, log: o.Logger, ret: backend.Retention(o.Retention), now: o.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
 	return s, nil
-}
-
-// retention fills the zero fields of r from plugin.DefaultRetention.
-func retention(r plugin.Retention) plugin.Retention {
-	if r.MaxTasks == 0 {
-		r.MaxTasks = plugin.DefaultRetention.MaxTasks
-	}
-	if r.MaxAgeMs == 0 {
-		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
-	}
-	return r
 }
 
 // Dir returns the absolute path of the store's directory.
@@ -191,38 +150,24 @@ func (s *Store) tmpPath(id, ext string) string {
 
 // lock returns the agent's state, locked, or ErrClosed.
 func (s *Store) lock(id string) (*agentState, error) {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, plugin.ErrClosed
+	st, err := s.agents.GetOrAdd(id, newAgentState)
+	if err != nil {
+		return nil, err
 	}
-	st := s.agents[id]
-	if st == nil {
-		st = &agentState{}
-		s.agents[id] = st
-	}
-	s.mu.Unlock()
 	st.mu.Lock()
 	return st, nil
 }
+
+func newAgentState(string) *agentState { return &agentState{} }
 
 // Save writes snap as the agent's current file, keeping the one before as
 // the previous generation, after appending its new results to the task
 // index. It returns after the directory is fsynced.
 func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
-	if snap == nil {
-		return errors.New("file: save: nil snapshot")
+	if err := backend.CheckSave(ctx, "file", snap); err != nil {
+		return err
 	}
 	id := snap.AgentID
-	if err := agent.ValidateID(id); err != nil {
-		return fmt.Errorf("file: save: %w", err)
-	}
-	if err := snap.Validate(); err != nil {
-		return fmt.Errorf("file: save %s: %w", id, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("file: save %s: %w", id, err)
-	}
 	payload, err := agent.Encode(snap)
 	if err != nil {
 		return fmt.Errorf("file: save %s: %w", id, err)
@@ -431,10 +376,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 // List returns the ids of the agents that have a current or previous file,
 // sorted.
 func (s *Store) List(ctx context.Context) ([]string, error) {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.agents.Closed() {
 		return nil, fmt.Errorf("file: list: %w", plugin.ErrClosed)
 	}
 	entries, err := os.ReadDir(s.dir)
@@ -462,33 +404,51 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 // Close marks the store closed. It holds no open files between calls.
 // Closing twice is not an error.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.closed = true
+	s.agents.Close()
 	return nil
 }
 
 // writeSync writes data to a new file at path (replacing any) and fsyncs it.
+// A file it could not write whole is removed.
 func writeSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	return syncFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, true, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// appendSync appends data to the file at path, creating it, and fsyncs it.
+func appendSync(path string, data []byte) error {
+	return syncFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, false, func(f *os.File) error {
+		_, err := f.Write(data)
+		return err
+	})
+}
+
+// truncateSync cuts the file at path to size bytes and fsyncs it.
+func truncateSync(path string, size int64) error {
+	return syncFile(path, os.O_WRONLY, false, func(f *os.File) error { return f.Truncate(size) })
+}
+
+// syncFile opens the file at path with flag (mode 0o600 when it creates
+// it), changes it with change, fsyncs it and closes it. On an error after
+// the file was opened it closes the file, and with remove removes it too.
+func syncFile(path string, flag int, remove bool, change func(f *os.File) error) error {
+	f, err := os.OpenFile(path, flag, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
+	err = change(f)
+	if err == nil {
+		err = f.Sync()
 	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
+	if err != nil && remove {
 		os.Remove(path)
-		return err
 	}
-	return nil
+	return err
 }
 
 // Interface guards.

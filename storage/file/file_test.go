@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,24 +23,6 @@ import (
 var ctx = context.Background()
 
 func testLogger(t *testing.T) zerolog.Logger { return zerolog.New(zerolog.NewTestWriter(t)) }
-
-// logBuffer collects log lines for a test to inspect.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func openStore(t *testing.T, dir string, o Options) *Store {
 	t.Helper()
@@ -93,22 +74,30 @@ func TestConformance(t *testing.T) {
 	storagetest.Run(t, harness())
 }
 
+// TestCrash kills a saving child with SIGKILL at random points: every time,
+// the store must load the last acknowledged tick or the one in flight,
+// exactly as it was saved. See storagetest.RunCrash.
+func TestCrash(t *testing.T) {
+	storagetest.RunCrash(t, storagetest.CrashHarness{Open: harness().Open})
+}
+
+// BenchmarkSave is storagetest.BenchmarkSave: the latency of a durable Save
+// (median and 99th percentile) and the bytes written per Save (the new
+// generation's file and the lines of the task index).
+func BenchmarkSave(b *testing.B) {
+	storagetest.BenchmarkSave(b, func(b *testing.B, dir string) plugin.Storage {
+		s, err := Open(ctx, dir, Options{Logger: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	})
+}
+
 func mustSave(t *testing.T, s *Store, snap *agent.Snapshot) {
 	t.Helper()
 	if err := s.Save(ctx, snap); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func mustEqual(t *testing.T, got, want *agent.Snapshot) {
-	t.Helper()
-	if got == nil {
-		t.Fatalf("got nil, want tick %d", want.TickIndex)
-	}
-	g, _ := agent.Encode(got)
-	w, _ := agent.Encode(want)
-	if !bytes.Equal(g, w) {
-		t.Fatalf("loaded snapshot differs:\n got %s\nwant %s", g, w)
 	}
 }
 
@@ -172,7 +161,7 @@ func TestLayout(t *testing.T) {
 
 func TestCrashBetweenRenames(t *testing.T) {
 	dir := t.TempDir()
-	var logs logBuffer
+	var logs storagetest.LogBuffer
 	s := openStore(t, dir, Options{Logger: zerolog.New(&logs)})
 	_, prev := twoGenerations(t, s, "crash")
 	// The state a crash after "current → previous" and before
@@ -189,7 +178,7 @@ func TestCrashBetweenRenames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, got, prev)
+	storagetest.MustEqual(t, got, prev)
 	if !strings.Contains(logs.String(), "missing") {
 		t.Errorf("no warning about the missing current file:\n%s", logs.String())
 	}
@@ -200,7 +189,7 @@ func TestCrashBetweenRenames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, got, next)
+	storagetest.MustEqual(t, got, next)
 	if _, err := os.Stat(filepath.Join(dir, ".crash.json.tmp")); err == nil {
 		t.Error("the temporary file of the interrupted save is still there")
 	}
@@ -210,7 +199,7 @@ func TestTruncated(t *testing.T) {
 	for _, size := range []int{0, 1, 100, -1} {
 		t.Run(fmt.Sprint(size), func(t *testing.T) {
 			dir := t.TempDir()
-			var logs logBuffer
+			var logs storagetest.LogBuffer
 			s := openStore(t, dir, Options{Logger: zerolog.New(&logs)})
 			prev, _ := twoGenerations(t, s, "cut")
 			cut := func(path string) {
@@ -232,7 +221,7 @@ func TestTruncated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			mustEqual(t, got, prev)
+			storagetest.MustEqual(t, got, prev)
 			if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "cut.json") {
 				t.Errorf("no warning naming the file:\n%s", logs.String())
 			}
@@ -313,7 +302,7 @@ func TestHandEdit(t *testing.T) {
 
 	t.Run("checksum cleared: accepted", func(t *testing.T) {
 		dir := t.TempDir()
-		var logs logBuffer
+		var logs storagetest.LogBuffer
 		s := openStore(t, dir, Options{Logger: zerolog.New(&logs)})
 		twoGenerations(t, s, "ed")
 		edit(t, filepath.Join(dir, "ed.json"), func(w map[string]any) { setTick(w); w["checksum"] = "" })
@@ -349,7 +338,7 @@ func TestHandEdit(t *testing.T) {
 
 	t.Run("stale checksum: previous generation, edit kept aside", func(t *testing.T) {
 		dir := t.TempDir()
-		var logs logBuffer
+		var logs storagetest.LogBuffer
 		s := openStore(t, dir, Options{Logger: zerolog.New(&logs)})
 		prev, _ := twoGenerations(t, s, "ed")
 		edit(t, filepath.Join(dir, "ed.json"), setTick)
@@ -357,7 +346,7 @@ func TestHandEdit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		mustEqual(t, got, prev)
+		storagetest.MustEqual(t, got, prev)
 		for _, want := range []string{"ed.json", `set \"checksum\" to \"\"`, "checksum mismatch"} {
 			if !strings.Contains(logs.String(), want) {
 				t.Errorf("the warning does not say %s:\n%s", want, logs.String())
@@ -437,7 +426,7 @@ func TestChangedBehindItsBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, prev, ext)
+	storagetest.MustEqual(t, prev, ext)
 }
 
 func result(id string, seq uint64) agent.Result {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
 
 // resultsState is what the store knows of an agent's results file, from a
@@ -85,29 +86,19 @@ func (s *Store) index(ctx context.Context, st *agentState, snap *agent.Snapshot)
 	}
 	rs := st.results
 
-	// An agent restored from an older generation (NextResultSeq at or
-	// below the mark) replays results the file may hold from the lost
-	// future: index its whole outbox again, and move the mark back.
-	floor, mark := st.indexedSeq, st.indexedSeq
-	if snap.NextResultSeq > 0 && snap.NextResultSeq <= st.indexedSeq {
-		floor, mark = 0, snap.NextResultSeq-1
-	}
+	// The results above the mark, or the whole outbox of an agent restored
+	// from an older generation (the file may hold results of its lost
+	// future); see backend.Unindexed.
+	results, mark := backend.Unindexed(snap, st.indexedSeq)
 	var buf bytes.Buffer
-	n := 0
-	for i := range snap.Outbox {
-		r := &snap.Outbox[i]
-		if r.Seq <= floor || r.TaskID == "" {
-			continue
-		}
+	for _, r := range results {
 		line, err := encodeLine(r, now)
 		if err != nil {
 			return 0, err
 		}
 		buf.Write(line)
-		mark = max(mark, r.Seq)
-		n++
 	}
-	if n > 0 {
+	if n := len(results); n > 0 {
 		if err := ctx.Err(); err != nil {
 			return 0, err
 		}
@@ -235,10 +226,7 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if err := agent.ValidateID(agentID); err != nil {
 		return nil, fmt.Errorf("file: task result: %w", err)
 	}
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.agents.Closed() {
 		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, plugin.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
@@ -274,38 +262,4 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
 	}
 	return found, nil
-}
-
-// appendSync appends data to the file at path, creating it, and fsyncs it.
-func appendSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// truncateSync cuts the file at path to size bytes and fsyncs it.
-func truncateSync(path string, size int64) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	if err := f.Truncate(size); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

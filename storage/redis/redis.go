@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
 
 func init() {
@@ -36,10 +36,6 @@ func init() {
 
 // DefaultPrefix starts every key when the URL names no prefix.
 const DefaultPrefix = "openstarry:"
-
-// pruneBatch is how many indexed results one Save deletes at most beyond
-// the results it adds.
-const pruneBatch = 64
 
 // These errors are returned by Save, wrapped with the agent and the details.
 var (
@@ -90,9 +86,7 @@ type Store struct {
 	ret    plugin.Retention
 	now    func() time.Time
 
-	mu     sync.Mutex        // guards closed and known
-	closed bool              // set by Close
-	known  map[string]*state // per agent: what the next Save expects
+	known backend.Agents[state] // per agent: what the next Save expects; refused after Close
 }
 
 // state is what the store knows of an agent's keys.
@@ -116,33 +110,20 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 		return nil, fmt.Errorf("redis: open: %w", err)
 	}
 	safe := u.Redacted()
-	q := u.Query()
+	ret := o.Retention
+	// The retention and prefix parameters are the store's; the others are
+	// go-redis's.
+	q, err := backend.ParseRetention(u.Query(), &ret)
+	if err != nil {
+		return nil, fmt.Errorf("redis: open %s: %w", safe, err)
+	}
 	prefix := o.Prefix
 	if prefix == "" {
 		prefix = DefaultPrefix
 	}
-	ret := o.Retention
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "prefix":
-			prefix = v
-		case "retention_tasks":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return nil, fmt.Errorf("redis: open %s: retention_tasks=%q: want a number of tasks", safe, v)
-			}
-			ret.MaxTasks = n
-		case "retention_age":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return nil, fmt.Errorf("redis: open %s: retention_age=%q: want a duration such as 168h", safe, v)
-			}
-			ret.MaxAgeMs = d.Milliseconds()
-		default:
-			continue
-		}
-		q.Del(k)
+	if vs := q["prefix"]; len(vs) > 0 {
+		prefix = vs[len(vs)-1]
+		q.Del("prefix")
 	}
 	u.RawQuery = q.Encode()
 	opt, err := goredis.ParseURL(u.String())
@@ -159,9 +140,8 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 		addr:   opt.Addr,
 		prefix: prefix,
 		log:    o.Logger,
-		ret:    retention(ret),
+		ret:    backend.Retention(ret),
 		now:    o.Now,
-		known:  map[string]*state{},
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -197,17 +177,6 @@ func (s *Store) checkDurability(ctx context.Context) {
 	}
 }
 
-// retention fills the zero fields of r from plugin.DefaultRetention.
-func retention(r plugin.Retention) plugin.Retention {
-	if r.MaxTasks == 0 {
-		r.MaxTasks = plugin.DefaultRetention.MaxTasks
-	}
-	if r.MaxAgeMs == 0 {
-		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
-	}
-	return r
-}
-
 // Prefix returns the prefix of every key of the store.
 func (s *Store) Prefix() string { return s.prefix }
 
@@ -227,36 +196,13 @@ const (
 	kAgents
 )
 
-// get returns what the store knows of id (nil when nothing), or ErrClosed.
-func (s *Store) get(id string) (*state, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, plugin.ErrClosed
-	}
-	return s.known[id], nil
-}
-
-func (s *Store) set(id string, st *state) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	if st == nil {
-		delete(s.known, id)
-	} else {
-		s.known[id] = st
-	}
-}
-
 // failed classifies an error of the client: ErrClosed after Close, the
 // context's error, ErrUnavailable for a connection that failed, or the
 // server's error as it is.
 func (s *Store) failed(err error) error {
 	var rerr goredis.Error
 	switch {
-	case s.isClosed():
+	case s.known.Closed():
 		return plugin.ErrClosed
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		return err
@@ -266,29 +212,14 @@ func (s *Store) failed(err error) error {
 	return fmt.Errorf("no answer from %s (%w): %w", s.addr, err, ErrUnavailable)
 }
 
-func (s *Store) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
 // Save stores snap as the agent's newest generation and indexes its new
 // results, in one script call, and returns after the server answered.
 func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
-	if snap == nil {
-		return errors.New("redis: save: nil snapshot")
+	if err := backend.CheckSave(ctx, "redis", snap); err != nil {
+		return err
 	}
 	id := snap.AgentID
-	if err := agent.ValidateID(id); err != nil {
-		return fmt.Errorf("redis: save: %w", err)
-	}
-	if err := snap.Validate(); err != nil {
-		return fmt.Errorf("redis: save %s: %w", id, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redis: save %s: %w", id, err)
-	}
-	st, err := s.get(id)
+	st, err := s.known.Get(id)
 	if err != nil {
 		return fmt.Errorf("redis: save %s: %w", id, err)
 	}
@@ -304,36 +235,21 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("redis: save %s: %w", id, err)
 	}
-	next := &state{gen: st.gen + 1, taskSeq: st.taskSeq}
+	next := &state{gen: st.gen + 1}
 
 	// The outbox results to index; see the package documentation.
-	floor := st.taskSeq
-	if snap.NextResultSeq > 0 && snap.NextResultSeq <= st.taskSeq {
-		floor, next.taskSeq = 0, snap.NextResultSeq-1
-	}
-	var results []any
-	n := 0
-	for i := range snap.Outbox {
-		r := &snap.Outbox[i]
-		if r.Seq <= floor || r.TaskID == "" {
-			continue
-		}
+	toIndex, taskSeq := backend.Unindexed(snap, st.taskSeq)
+	next.taskSeq = taskSeq
+	results := make([]any, 0, 3*len(toIndex))
+	for _, r := range toIndex {
 		data, err := encodeResult(r)
 		if err != nil {
 			return fmt.Errorf("redis: save %s: %w", id, err)
 		}
 		results = append(results, r.TaskID, r.Seq, data)
-		next.taskSeq = max(next.taskSeq, r.Seq)
-		n++
 	}
 	now := s.now().UnixMilli()
-	cutoff, maxTasks := int64(-1), int64(-1)
-	if s.ret.MaxAgeMs > 0 {
-		cutoff = now - s.ret.MaxAgeMs
-	}
-	if s.ret.MaxTasks > 0 {
-		maxTasks = int64(s.ret.MaxTasks)
-	}
+	p := backend.PruneFor(s.ret, now, len(toIndex))
 	rotate := "1"
 	if st.curBad {
 		rotate = "0"
@@ -341,21 +257,21 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 	args := append([]any{
 		id, strconv.FormatUint(st.gen, 10), strconv.FormatUint(next.gen, 10), rotate,
 		encodeRecord(next.gen, payload), strconv.FormatUint(next.taskSeq, 10),
-		now, cutoff, maxTasks, pruneBatch + n, n,
+		now, p.Cutoff, p.MaxTasks, p.Budget, len(toIndex),
 	}, results...)
 
 	// Commit point: the server's answer, after its append-only file took
 	// the script's writes (fsynced first with appendfsync always).
 	err = saveScript.Run(ctx, s.c, keys, args...).Err()
 	if err != nil {
-		s.set(id, nil) // unknown outcome, or stale: read the generation again next time
+		s.known.Set(id, nil) // unknown outcome, or stale: read the generation again next time
 		if msg, ok := strings.CutPrefix(err.Error(), "OSCONFLICT "); ok {
 			return fmt.Errorf("redis: save %s: the server holds generation %s, this process last saw %d "+
 				"(another process saved the agent; load it again): %w (%w)", id, msg, st.gen, ErrConflict, plugin.ErrLocked)
 		}
 		return fmt.Errorf("redis: save %s: the snapshot may not be stored: %w", id, s.failed(err))
 	}
-	s.set(id, next)
+	s.known.Set(id, next)
 	return nil
 }
 
@@ -404,7 +320,7 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
 	}
-	if _, err := s.get(agentID); err != nil {
+	if _, err := s.known.Get(agentID); err != nil {
 		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
 	}
 	keys := s.keys(agentID)
@@ -446,11 +362,11 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 			s.log.Warn().Str("agent", agentID).Str("key", name).
 				Msg("redis: loaded the previous generation; the current record is damaged or missing")
 		}
-		s.set(agentID, st)
+		s.known.Set(agentID, st)
 		return snap, nil
 	}
 	if len(problems) == 0 && st.gen == 0 {
-		s.set(agentID, st)
+		s.known.Set(agentID, st)
 		return nil, nil
 	}
 	if len(problems) == 0 {
@@ -467,7 +383,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redis: delete %s: %w", agentID, err)
 	}
-	if _, err := s.get(agentID); err != nil {
+	if _, err := s.known.Get(agentID); err != nil {
 		return fmt.Errorf("redis: delete %s: %w", agentID, err)
 	}
 	keys := s.keys(agentID)
@@ -476,7 +392,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 		p.SRem(ctx, keys[kAgents], agentID)
 		return nil
 	})
-	s.set(agentID, nil)
+	s.known.Set(agentID, nil)
 	if err != nil {
 		return fmt.Errorf("redis: delete %s: %w", agentID, s.failed(err))
 	}
@@ -485,8 +401,8 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 
 // List returns the ids of the stored agents, sorted.
 func (s *Store) List(ctx context.Context) ([]string, error) {
-	if _, err := s.get(""); err != nil {
-		return nil, fmt.Errorf("redis: list: %w", err)
+	if s.known.Closed() {
+		return nil, fmt.Errorf("redis: list: %w", plugin.ErrClosed)
 	}
 	ids, err := s.c.SMembers(ctx, s.prefix+"agents").Result()
 	if err != nil {
@@ -501,7 +417,7 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if err := agent.ValidateID(agentID); err != nil {
 		return nil, fmt.Errorf("redis: task result: %w", err)
 	}
-	if _, err := s.get(agentID); err != nil {
+	if _, err := s.known.Get(agentID); err != nil {
 		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, err)
 	}
 	b, err := s.c.HGet(ctx, s.keys(agentID)[kTasks], taskID).Bytes()
@@ -520,14 +436,9 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 
 // Close closes the connections. Closing twice is not an error.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if _, first := s.known.Close(); !first {
 		return nil
 	}
-	s.closed = true
-	s.known = nil
-	s.mu.Unlock()
 	if err := s.c.Close(); err != nil {
 		return fmt.Errorf("redis: close %s: %w", s.addr, err)
 	}

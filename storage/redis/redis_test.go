@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,6 +64,23 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// BenchmarkSave is storagetest.BenchmarkSave against a local redis-server
+// with appendfsync always: the latency of a durable Save (median and 99th
+// percentile), the bytes this process wrote per Save (the request on the
+// socket), and the bytes the server wrote per Save (server-bytes/save, the
+// wchar of its /proc/PID/io: the reply and its append-only file).
+func BenchmarkSave(b *testing.B) {
+	var srv *redistest.Server
+	storagetest.BenchmarkSave(b, func(b *testing.B, _ string) plugin.Storage {
+		srv = redistest.Start(b, "always")
+		s, err := Open(ctx, srv.URL("bench:"), Options{Logger: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}, storagetest.Meter{Unit: "server-bytes/save", IO: func() string { return fmt.Sprintf("/proc/%d/io", srv.PID()) }})
+}
+
 func openStore(t *testing.T, url string, o Options) *Store {
 	t.Helper()
 	if o.Logger.GetLevel() == zerolog.DebugLevel { // the zero Logger; zerolog.New gives TraceLevel
@@ -79,41 +94,6 @@ func openStore(t *testing.T, url string, o Options) *Store {
 	return s
 }
 
-func mustEqual(t *testing.T, got, want *agent.Snapshot) {
-	t.Helper()
-	if got == nil {
-		t.Fatalf("got nil, want tick %d", want.TickIndex)
-	}
-	g, _ := agent.Encode(got)
-	w, _ := agent.Encode(want)
-	if !bytes.Equal(g, w) {
-		t.Fatalf("loaded snapshot differs:\n got %s\nwant %s", g, w)
-	}
-}
-
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) lines(level, substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(line, `"level":"`+level+`"`) && strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
-
 func TestDurabilityWarning(t *testing.T) {
 	for _, tc := range []struct {
 		fsync    string
@@ -121,9 +101,9 @@ func TestDurabilityWarning(t *testing.T) {
 	}{{"everysec", 1}, {"always", 0}} {
 		t.Run(tc.fsync, func(t *testing.T) {
 			srv := redistest.Start(t, tc.fsync)
-			var logs logBuffer
+			var logs storagetest.LogBuffer
 			openStore(t, srv.URL("w:"), Options{Logger: zerolog.New(&logs)})
-			got := logs.lines("warn", "")
+			got := logs.Lines("warn", "")
 			if len(got) != tc.warnings {
 				t.Fatalf("%d warnings with appendfsync %s, want %d:\n%s", len(got), tc.fsync, tc.warnings, strings.Join(got, "\n"))
 			}
@@ -170,7 +150,7 @@ func TestServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, got, first)
+	storagetest.MustEqual(t, got, first)
 	// The store goes on once the server is back.
 	if err := s.Save(ctx, storagetest.Sample("down", 3)); err != nil {
 		t.Fatal(err)
@@ -214,7 +194,7 @@ func TestTwoWriters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, got, winner)
+	storagetest.MustEqual(t, got, winner)
 	// After loading again, b may go on.
 	if _, err := b.Load(ctx, "shared"); err != nil {
 		t.Fatal(err)
@@ -228,7 +208,7 @@ func TestTwoWriters(t *testing.T) {
 // Save must overwrite the damaged cur, not move it over the good prev.
 func TestDamagedCurrentIsNotRotated(t *testing.T) {
 	srv := redistest.Start(t, "always")
-	var logs logBuffer
+	var logs storagetest.LogBuffer
 	s := openStore(t, srv.URL("rot:"), Options{Logger: zerolog.New(&logs)})
 	one, two := storagetest.Sample("rot", 1), storagetest.Sample("rot", 2)
 	for _, snap := range []*agent.Snapshot{one, two} {
@@ -241,8 +221,8 @@ func TestDamagedCurrentIsNotRotated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustEqual(t, got, one)
-	if len(logs.lines("warn", "checksum mismatch")) == 0 {
+	storagetest.MustEqual(t, got, one)
+	if len(logs.Lines("warn", "checksum mismatch")) == 0 {
 		t.Error("no warning about the damaged record")
 	}
 	three := storagetest.Sample("rot", 3)

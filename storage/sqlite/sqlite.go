@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
 )
 
@@ -37,10 +37,6 @@ const (
 	listHistory = 0 // Memory.ShortTermHistory
 	listQueue   = 1 // EventQueueBackup
 )
-
-// pruneBatch is how many task rows one Save deletes at most beyond the
-// results it adds, so that pruning keeps up without making a Save slow.
-const pruneBatch = 64
 
 // maxOpenConns bounds the pool; every connection holds its own page cache,
 // which matters on a small board.
@@ -76,9 +72,7 @@ type Store struct {
 	// in the driver, which is left for other processes.
 	wmu sync.Mutex
 
-	mu     sync.Mutex             // guards closed and cache
-	closed bool                   // set by Close
-	cache  map[string]*cacheEntry // per agent: where the newest generation's lists are
+	cache backend.Agents[cacheEntry] // per agent: where the newest generation's lists are; refused after Close
 }
 
 // cacheEntry is what the store remembers of an agent's newest generation,
@@ -118,40 +112,12 @@ func newEntry(gen uint64, h, q record.Span, snap *agent.Snapshot) *cacheEntry {
 // or sqlite:// for {DataDir}/state.db. Query parameters: retention_tasks
 // (a count) and retention_age (a Go duration such as 168h).
 func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, error) {
-	path := plugin.URLPath(u)
-	if path == "" {
-		path = filepath.Join(env.DataDir, "state.db")
-	}
 	o := Options{Logger: env.Log}
-	if err := parseQuery(u.Query(), &o.Retention); err != nil {
+	path, err := backend.PathURL(u, env, "state.db", &o.Retention)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: store url %s: %w", u.Redacted(), err)
 	}
 	return Open(ctx, path, o)
-}
-
-// parseQuery reads the retention parameters of a store URL and rejects any
-// other, so that a misspelt parameter is an error rather than ignored.
-func parseQuery(q url.Values, r *plugin.Retention) error {
-	for k, vs := range q {
-		v := vs[len(vs)-1]
-		switch k {
-		case "retention_tasks":
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				return fmt.Errorf("retention_tasks=%q: want a number of tasks", v)
-			}
-			r.MaxTasks = n
-		case "retention_age":
-			d, err := time.ParseDuration(v)
-			if err != nil {
-				return fmt.Errorf("retention_age=%q: want a duration such as 168h", v)
-			}
-			r.MaxAgeMs = d.Milliseconds()
-		default:
-			return fmt.Errorf("unknown parameter %q (known: retention_tasks, retention_age)", k)
-		}
-	}
-	return nil
 }
 
 // dsn returns the driver's name for the database at the absolute path abs,
@@ -187,12 +153,11 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	}
 	db.SetMaxOpenConns(maxOpenConns)
 	s := &Store{
-		db:    db,
-		path:  abs,
-		log:   o.Logger,
-		ret:   retention(o.Retention),
-		now:   o.Now,
-		cache: map[string]*cacheEntry{},
+		db:   db,
+		path: abs,
+		log:  o.Logger,
+		ret:  backend.Retention(o.Retention),
+		now:  o.Now,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -213,17 +178,6 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	return s, nil
 }
 
-// retention fills the zero fields of r from plugin.DefaultRetention.
-func retention(r plugin.Retention) plugin.Retention {
-	if r.MaxTasks == 0 {
-		r.MaxTasks = plugin.DefaultRetention.MaxTasks
-	}
-	if r.MaxAgeMs == 0 {
-		r.MaxAgeMs = plugin.DefaultRetention.MaxAgeMs
-	}
-	return r
-}
-
 // Path returns the absolute path of the database file.
 func (s *Store) Path() string { return s.path }
 
@@ -240,35 +194,9 @@ func corruptIf(err error) error {
 	return err
 }
 
-// entry returns the cache entry of id, or ErrClosed.
-func (s *Store) entry(id string) (*cacheEntry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return nil, plugin.ErrClosed
-	}
-	return s.cache[id], nil
-}
-
-func (s *Store) remember(id string, e *cacheEntry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
-	}
-	if e == nil {
-		delete(s.cache, id)
-		return
-	}
-	s.cache[id] = e
-}
-
 // failed returns err, or ErrClosed when the store was closed under the call.
 func (s *Store) failed(err error) error {
-	s.mu.Lock()
-	closed := s.closed
-	s.mu.Unlock()
-	if closed {
+	if s.cache.Closed() {
 		return plugin.ErrClosed
 	}
 	return corruptIf(err)
@@ -278,20 +206,11 @@ func (s *Store) failed(err error) error {
 // and indexes the new results of its outbox, in one transaction. It returns
 // after that transaction is durable.
 func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
-	if snap == nil {
-		return errors.New("sqlite: save: nil snapshot")
+	if err := backend.CheckSave(ctx, "sqlite", snap); err != nil {
+		return err
 	}
 	id := snap.AgentID
-	if err := agent.ValidateID(id); err != nil {
-		return fmt.Errorf("sqlite: save: %w", err)
-	}
-	if err := snap.Validate(); err != nil {
-		return fmt.Errorf("sqlite: save %s: %w", id, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("sqlite: save %s: %w", id, err)
-	}
-	cached, err := s.entry(id)
+	cached, err := s.cache.Get(id)
 	if err != nil {
 		return fmt.Errorf("sqlite: save %s: %w", id, err)
 	}
@@ -305,15 +224,15 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 	next, err := s.save(ctx, tx, snap, cached)
 	if err != nil {
 		tx.Rollback() //nolint:errcheck // the save error is the one to report
-		s.remember(id, nil)
+		s.cache.Set(id, nil)
 		return fmt.Errorf("sqlite: save %s: %w", id, s.failed(err))
 	}
 	// Commit point: COMMIT returns after the WAL is fsynced (synchronous=FULL).
 	if err := tx.Commit(); err != nil {
-		s.remember(id, nil)
+		s.cache.Set(id, nil)
 		return fmt.Errorf("sqlite: save %s: commit: %w", id, s.failed(err))
 	}
-	s.remember(id, next)
+	s.cache.Set(id, next)
 	return nil
 }
 
@@ -494,20 +413,12 @@ func eqEvent(a, b *agent.Event) bool {
 // index adds the outbox results above the mark taskSeq to the task index and
 // prunes it, and returns the new mark and row count.
 func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, taskSeq uint64, count int64) (uint64, int64, error) {
-	// An agent restored from an older generation (NextResultSeq at or
-	// below the mark) replays results the index may hold from the lost
-	// future: index its whole outbox again, and move the mark back.
-	floor, mark := taskSeq, taskSeq
-	if snap.NextResultSeq > 0 && snap.NextResultSeq <= taskSeq {
-		floor, mark = 0, snap.NextResultSeq-1
-	}
+	// The results above the mark, or the whole outbox of an agent restored
+	// from an older generation (the index may hold results of its lost
+	// future); see backend.Unindexed.
+	results, mark := backend.Unindexed(snap, taskSeq)
 	now := s.now().UnixMilli()
-	added := 0
-	for i := range snap.Outbox {
-		r := &snap.Outbox[i]
-		if r.Seq <= floor || r.TaskID == "" {
-			continue
-		}
+	for _, r := range results {
 		data, _, err := record.EncodeElement(r)
 		if err != nil {
 			return 0, 0, err
@@ -523,25 +434,23 @@ func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, tas
 			r.Seq, now, data, snap.AgentID, r.TaskID); err != nil {
 			return 0, 0, err
 		}
-		mark = max(mark, r.Seq)
-		added++
 	}
 
-	budget := int64(pruneBatch + added)
-	if over := count - int64(s.ret.MaxTasks); s.ret.MaxTasks > 0 && over > 0 {
+	p := backend.PruneFor(s.ret, now, len(results))
+	if over := count - p.MaxTasks; p.MaxTasks >= 0 && over > 0 {
 		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE rowid IN
-			(SELECT rowid FROM tasks WHERE agent_id = ? ORDER BY seq LIMIT ?)`, snap.AgentID, min(over, budget))
+			(SELECT rowid FROM tasks WHERE agent_id = ? ORDER BY seq LIMIT ?)`, snap.AgentID, min(over, p.Budget))
 		if err != nil {
 			return 0, 0, err
 		}
 		n, _ := res.RowsAffected()
 		count -= n
-		budget -= n
+		p.Budget -= n
 	}
-	if s.ret.MaxAgeMs > 0 && budget > 0 {
+	if p.Cutoff >= 0 && p.Budget > 0 {
 		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE rowid IN
 			(SELECT rowid FROM tasks WHERE agent_id = ? AND indexed_at < ? ORDER BY indexed_at LIMIT ?)`,
-			snap.AgentID, now-s.ret.MaxAgeMs, budget)
+			snap.AgentID, p.Cutoff, p.Budget)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -563,14 +472,14 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	if err := agent.ValidateID(agentID); err != nil {
 		return nil, fmt.Errorf("sqlite: load: %w", err)
 	}
-	if _, err := s.entry(agentID); err != nil {
+	if _, err := s.cache.Get(agentID); err != nil {
 		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, err)
 	}
 	snap, entry, err := s.load(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, s.failed(err))
 	}
-	s.remember(agentID, entry)
+	s.cache.Set(agentID, entry)
 	return snap, nil
 }
 
@@ -716,7 +625,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 	if err := agent.ValidateID(agentID); err != nil {
 		return fmt.Errorf("sqlite: delete: %w", err)
 	}
-	if _, err := s.entry(agentID); err != nil {
+	if _, err := s.cache.Get(agentID); err != nil {
 		return fmt.Errorf("sqlite: delete %s: %w", agentID, err)
 	}
 	s.wmu.Lock()
@@ -734,7 +643,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 		}
 		return tx.Commit()
 	}()
-	s.remember(agentID, nil)
+	s.cache.Set(agentID, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: delete %s: %w", agentID, s.failed(err))
 	}
@@ -743,8 +652,8 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 
 // List returns the ids of every stored agent, sorted.
 func (s *Store) List(ctx context.Context) ([]string, error) {
-	if _, err := s.entry(""); err != nil {
-		return nil, fmt.Errorf("sqlite: list: %w", err)
+	if s.cache.Closed() {
+		return nil, fmt.Errorf("sqlite: list: %w", plugin.ErrClosed)
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT agent_id FROM agents UNION SELECT agent_id FROM generations ORDER BY 1`)
 	if err != nil {
@@ -770,7 +679,7 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if err := agent.ValidateID(agentID); err != nil {
 		return nil, fmt.Errorf("sqlite: task result: %w", err)
 	}
-	if _, err := s.entry(agentID); err != nil {
+	if _, err := s.cache.Get(agentID); err != nil {
 		return nil, fmt.Errorf("sqlite: task result %s/%s: %w", agentID, taskID, err)
 	}
 	var data []byte
@@ -791,14 +700,9 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 // Close closes the database. The last connection to close checkpoints the
 // WAL into the database file. Closing twice is not an error.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if _, first := s.cache.Close(); !first {
 		return nil
 	}
-	s.closed = true
-	s.cache = nil
-	s.mu.Unlock()
 	if err := s.db.Close(); err != nil {
 		return fmt.Errorf("sqlite: close %s: %w", s.path, err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 
@@ -104,6 +105,26 @@ func TestConformance(t *testing.T) {
 	storagetest.Run(t, harness())
 }
 
+// TestCrash kills a saving child with SIGKILL at random points: every time,
+// the store must load the last acknowledged tick or the one in flight,
+// exactly as it was saved, seqs included. See storagetest.RunCrash.
+func TestCrash(t *testing.T) {
+	storagetest.RunCrash(t, storagetest.CrashHarness{Open: harness().Open, Equal: mustEqual})
+}
+
+// BenchmarkSave is storagetest.BenchmarkSave: the latency of a durable Save
+// (median and 99th percentile) and the bytes written per Save (the WAL, its
+// checkpoints, everything).
+func BenchmarkSave(b *testing.B) {
+	storagetest.BenchmarkSave(b, func(b *testing.B, dir string) plugin.Storage {
+		s, err := Open(ctx, dbPath(dir), Options{Logger: zerolog.Nop()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	})
+}
+
 // window plays the kernel's sliding history: each step appends add messages
 // and drops the oldest beyond size.
 type window struct {
@@ -137,16 +158,10 @@ func (w *window) step(add int) *agent.Snapshot {
 	return c
 }
 
+// mustEqual is storagetest.MustEqual and equal seqs, which this store keeps.
 func mustEqual(t *testing.T, got, want *agent.Snapshot) {
 	t.Helper()
-	if got == nil {
-		t.Fatalf("got nil, want tick %d", want.TickIndex)
-	}
-	g, _ := agent.Encode(got)
-	w, _ := agent.Encode(want)
-	if !bytes.Equal(g, w) {
-		t.Fatalf("loaded snapshot differs:\n got %s\nwant %s", g, w)
-	}
+	storagetest.MustEqual(t, got, want)
 	if got.HistorySeq != want.HistorySeq || got.QueueSeq != want.QueueSeq {
 		t.Fatalf("seqs = %d/%d, want %d/%d", got.HistorySeq, got.QueueSeq, want.HistorySeq, want.QueueSeq)
 	}
@@ -279,9 +294,8 @@ func TestRandomEdits(t *testing.T) {
 // Save must not build on the damaged row.
 func TestDamagedElement(t *testing.T) {
 	dir := t.TempDir()
-	var logs bytes.Buffer
-	var mu sync.Mutex
-	logger := zerolog.New(zerolog.SyncWriter(&lockedWriter{&logs, &mu}))
+	var logs storagetest.LogBuffer
+	logger := zerolog.New(&logs)
 	s, err := Open(ctx, dbPath(dir), Options{Logger: logger})
 	if err != nil {
 		t.Fatal(err)
@@ -318,11 +332,9 @@ func TestDamagedElement(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, got, prev)
-	mu.Lock()
 	if !strings.Contains(logs.String(), `"level":"warn"`) || !strings.Contains(logs.String(), "checksum mismatch") {
 		t.Errorf("no warning naming the checksum mismatch in the log:\n%s", logs.String())
 	}
-	mu.Unlock()
 
 	// The kernel goes on from prev and happens to append the very message
 	// that was damaged: it must be written afresh.
@@ -338,17 +350,6 @@ func TestDamagedElement(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustEqual(t, got, again)
-}
-
-type lockedWriter struct {
-	b  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (w *lockedWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
 }
 
 // TestDamagedPages overwrites, in turn, the middle of every page of a
@@ -609,8 +610,8 @@ func TestPruneIsBounded(t *testing.T) {
 	if err := s.Save(ctx, snap); err != nil {
 		t.Fatal(err)
 	}
-	if n := count(t, s, `SELECT COUNT(*) FROM tasks WHERE agent_id = 'bulk'`); n != 500-pruneBatch {
-		t.Fatalf("one Save pruned to %d rows, want %d (a bounded batch)", n, 500-pruneBatch)
+	if n := count(t, s, `SELECT COUNT(*) FROM tasks WHERE agent_id = 'bulk'`); n != 500-backend.PruneBatch {
+		t.Fatalf("one Save pruned to %d rows, want %d (a bounded batch)", n, 500-backend.PruneBatch)
 	}
 }
 

@@ -1,4 +1,6 @@
-// Package storagetest is the conformance suite every storage backend runs.
+// Package storagetest is the conformance suite every storage backend runs,
+// and the test machinery the backends share: the crash test (RunCrash), the
+// Save benchmark (BenchmarkSave) and small helpers (MustEqual, LogBuffer).
 //
 // A backend's test calls Run with a Harness; the suite drives it through real
 // files (or a real server) in t.TempDir and checks the promises of
@@ -220,6 +222,22 @@ func mustLoad(t *testing.T, s plugin.Storage, id string) *agent.Snapshot {
 	return got
 }
 
+// saveAndCheck saves snap and loads it back.
+func saveAndCheck(t *testing.T, s plugin.Storage, snap *agent.Snapshot) {
+	t.Helper()
+	mustSave(t, s, snap)
+	checkLoad(t, s, snap)
+}
+
+// reopenAndCheck reopens the store, as reopen does, and checks that Load
+// returns want.
+func reopenAndCheck(t *testing.T, h Harness, s plugin.Storage, dir string, want *agent.Snapshot) plugin.Storage {
+	t.Helper()
+	s = reopen(t, h, s, dir)
+	checkLoad(t, s, want)
+	return s
+}
+
 // checkLoad loads id and fails the test unless it equals want.
 func checkLoad(t *testing.T, s plugin.Storage, want *agent.Snapshot) {
 	t.Helper()
@@ -406,27 +424,27 @@ func (sl *slider) step() *agent.Snapshot {
 	return s.Clone()
 }
 
+// advance saves n steps of sl, loading each back, and returns the last.
+func advance(t *testing.T, s plugin.Storage, sl *slider, n int) *agent.Snapshot {
+	t.Helper()
+	var last *agent.Snapshot
+	for i := 0; i < n; i++ {
+		last = sl.step()
+		saveAndCheck(t, s, last)
+	}
+	return last
+}
+
 func testOverwrite(t *testing.T, h Harness) {
 	dir := t.TempDir()
 	s := open(t, h, dir)
 	sl := newSlider("sliding", 50)
-	var last *agent.Snapshot
-	for i := 0; i < 300; i++ {
-		last = sl.step()
-		mustSave(t, s, last)
-		checkLoad(t, s, last)
-	}
+	last := advance(t, s, sl, 300)
 
-	s = reopen(t, h, s, dir)
-	checkLoad(t, s, last)
+	s = reopenAndCheck(t, h, s, dir, last)
 	// Saving goes on after a restart, from what Load returned.
-	for i := 0; i < 20; i++ {
-		last = sl.step()
-		mustSave(t, s, last)
-		checkLoad(t, s, last)
-	}
-	s = reopen(t, h, s, dir)
-	checkLoad(t, s, last)
+	last = advance(t, s, sl, 20)
+	reopenAndCheck(t, h, s, dir, last)
 }
 
 // testReplace saves histories and queues that are not a continuation of the
@@ -487,21 +505,14 @@ func testReplace(t *testing.T, h Harness) {
 			snap := sl.step()
 			tc.change(snap)
 			sl.snap = snap.Clone()
-			mustSave(t, s, snap)
-			checkLoad(t, s, snap)
+			saveAndCheck(t, s, snap)
 			// Continue incrementally from the replaced lists.
-			for i := 0; i < 3; i++ {
-				snap = sl.step()
-				mustSave(t, s, snap)
-				checkLoad(t, s, snap)
-			}
-			last = snap
+			last = advance(t, s, sl, 3)
 		})
 		if !ok {
 			return
 		}
-		s = reopen(t, h, s, dir)
-		checkLoad(t, s, last)
+		s = reopenAndCheck(t, h, s, dir, last)
 	}
 }
 
@@ -527,11 +538,9 @@ func testDelete(t *testing.T, h Harness) {
 
 	// A new agent of the same id starts from scratch.
 	again := Sample("doomed", 1)
-	mustSave(t, s, again)
-	checkLoad(t, s, again)
+	saveAndCheck(t, s, again)
 	next := Sample("doomed", 2)
-	mustSave(t, s, next)
-	checkLoad(t, s, next)
+	saveAndCheck(t, s, next)
 
 	if err := s.Delete(ctx, "doomed"); err != nil {
 		t.Fatalf("Delete: %v", err)
@@ -618,24 +627,20 @@ func testLargeHistory(t *testing.T, h Harness) {
 		hist[i] = agent.Message{Role: []string{"user", "assistant"}[i%2], Content: fmt.Sprintf("%05d %s", i, pad)}
 	}
 	snap.Memory.ShortTermHistory = hist
-	mustSave(t, s, snap)
-	checkLoad(t, s, snap)
+	saveAndCheck(t, s, snap)
 
 	next := snap.Clone()
 	next.TickIndex++
 	next.Memory.ShortTermHistory = append(next.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "one more"})
-	mustSave(t, s, next)
-	checkLoad(t, s, next)
+	saveAndCheck(t, s, next)
 
 	slid := next.Clone()
 	slid.TickIndex++
 	slid.Memory.ShortTermHistory = append(slid.Memory.ShortTermHistory[2:], agent.Message{Role: "assistant", Content: "and another"})
 	slid.HistorySeq += 2
-	mustSave(t, s, slid)
-	checkLoad(t, s, slid)
+	saveAndCheck(t, s, slid)
 
-	s = reopen(t, h, s, dir)
-	checkLoad(t, s, slid)
+	reopenAndCheck(t, h, s, dir, slid)
 }
 
 func testCorruptLatest(t *testing.T, h Harness) {
@@ -673,14 +678,8 @@ func testCorruptLatest(t *testing.T, h Harness) {
 	// The agent goes on from the generation it got back.
 	sl.snap = got.Clone()
 	sl.snap.HistorySeq, sl.snap.QueueSeq = a.HistorySeq, a.QueueSeq
-	var c *agent.Snapshot
-	for i := 0; i < 3; i++ {
-		c = sl.step()
-		mustSave(t, s, c)
-		checkLoad(t, s, c)
-	}
-	s = reopen(t, h, s, dir)
-	checkLoad(t, s, c)
+	c := advance(t, s, sl, 3)
+	reopenAndCheck(t, h, s, dir, c)
 }
 
 func testCorruptAll(t *testing.T, h Harness) {
@@ -722,8 +721,7 @@ func testCancelledContext(t *testing.T, h Harness) {
 	checkLoad(t, s, first)
 
 	third := Sample("cancel", 3)
-	mustSave(t, s, third)
-	checkLoad(t, s, third)
+	saveAndCheck(t, s, third)
 }
 
 func testInvalidAgentID(t *testing.T, h Harness) {

@@ -5,25 +5,22 @@ package record
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
-
-// castagnoli is the CRC-32C table of every checksum in this package.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // magic starts every generation record; the number is the format
 // version of the record, not the schema version of the database.
 var magic = [4]byte{'O', 'S', 'Q', '1'}
 
 // ErrChecksum is what the decoders return, wrapped, when the bytes are not
-// what was written. Load turns it into a fall back or plugin.ErrCorrupt.
-var ErrChecksum = errors.New("checksum mismatch")
+// what was written. Load turns it into a fall back or plugin.ErrCorrupt. It
+// is backend.ErrChecksum.
+var ErrChecksum = backend.ErrChecksum
 
 // Span is where one list of a generation lives in the elements table.
 type Span struct {
@@ -45,7 +42,7 @@ type Record struct {
 	Meta    json.RawMessage `json:"snapshot"` // contract JSON, lists emptied ([] or null)
 }
 
-// Encode returns the blob of r:
+// Encode returns the blob of r (backend.EncodeRecord):
 //
 //	magic "OSQ1" | CRC-32C of payload, 4 bytes big endian | payload (JSON of r)
 func Encode(r *Record) ([]byte, error) {
@@ -53,26 +50,16 @@ func Encode(r *Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]byte, 8, 8+len(payload))
-	copy(out, magic[:])
-	binary.BigEndian.PutUint32(out[4:], crc32.Checksum(payload, castagnoli))
-	return append(out, payload...), nil
+	return backend.EncodeRecord(magic, payload), nil
 }
 
 // Decode parses and checks a blob written by Encode. It returns
 // an error for anything else, including well-formed JSON that does not
 // describe a consistent record; it never panics.
 func Decode(b []byte) (*Record, *agent.Snapshot, error) {
-	if len(b) < 8 {
-		return nil, nil, fmt.Errorf("record of %d bytes is too short: %w", len(b), ErrChecksum)
-	}
-	if !bytes.Equal(b[:4], magic[:]) {
-		return nil, nil, fmt.Errorf("record starts with %q, not %q: %w", b[:4], magic[:], ErrChecksum)
-	}
-	payload := b[8:]
-	want := binary.BigEndian.Uint32(b[4:8])
-	if got := crc32.Checksum(payload, castagnoli); got != want {
-		return nil, nil, fmt.Errorf("record crc32c %08x, stored %08x: %w", got, want, ErrChecksum)
+	payload, err := backend.OpenRecord(magic, b, 0)
+	if err != nil {
+		return nil, nil, err
 	}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.DisallowUnknownFields()
@@ -117,31 +104,11 @@ func MetaOf(s *agent.Snapshot) ([]byte, error) {
 	return agent.Encode(&c)
 }
 
-// EncodeElement returns the row data of one message or event:
-// CRC-32C of the JSON, 4 bytes big endian, then the JSON. It also returns
-// the checksum, which the cache keeps for the last element.
-func EncodeElement(v any) ([]byte, uint32, error) {
-	js, err := json.Marshal(v)
-	if err != nil {
-		return nil, 0, err
-	}
-	sum := crc32.Checksum(js, castagnoli)
-	out := make([]byte, 4, 4+len(js))
-	binary.BigEndian.PutUint32(out, sum)
-	return append(out, js...), sum, nil
-}
+// EncodeElement returns the row data of one message, event or indexed
+// result (backend.EncodeJSON): CRC-32C of the JSON, 4 bytes big endian, then
+// the JSON. It also returns the checksum, which the cache keeps for the last
+// element.
+func EncodeElement(v any) ([]byte, uint32, error) { return backend.EncodeJSON(v) }
 
 // DecodeElement checks the checksum of row data and decodes its JSON into v.
-func DecodeElement(b []byte, v any) (uint32, error) {
-	if len(b) < 4 {
-		return 0, fmt.Errorf("element of %d bytes is too short: %w", len(b), ErrChecksum)
-	}
-	want := binary.BigEndian.Uint32(b)
-	if got := crc32.Checksum(b[4:], castagnoli); got != want {
-		return 0, fmt.Errorf("element crc32c %08x, stored %08x: %w", got, want, ErrChecksum)
-	}
-	if err := json.Unmarshal(b[4:], v); err != nil {
-		return 0, fmt.Errorf("element: %w", err)
-	}
-	return want, nil
-}
+func DecodeElement(b []byte, v any) (uint32, error) { return backend.DecodeJSON("element", b, v) }

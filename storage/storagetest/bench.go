@@ -1,4 +1,4 @@
-package sqlite
+package storagetest
 
 import (
 	"bufio"
@@ -11,22 +11,36 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
-// BenchmarkSave reports the latency of a durable Save (median and 99th
-// percentile over the run, in ms) and the bytes the process wrote per Save
-// (wchar of /proc/self/io: the WAL, its checkpoints, everything).
+// Meter is a further metric of BenchmarkSave: the bytes another process
+// (a server the store talks to) passed to write calls, per Save.
+type Meter struct {
+	// Unit is the metric's unit, such as "server-bytes/save".
+	Unit string
+	// IO returns the path of the process's io file (/proc/PID/io). It is
+	// called after open, once per run.
+	IO func() string
+}
+
+// BenchmarkSave is the Save benchmark of a backend. open opens the backend
+// rooted at dir, a fresh b.TempDir, for one run; BenchmarkSave closes it.
+// Each case reports the latency of a durable Save (ms/save-p50 and
+// ms/save-p99: median and 99th percentile over the run), the bytes this
+// process wrote per Save (bytes/save: the wchar of /proc/self/io, so the
+// WAL, its checkpoints, a request on a socket, everything), a further
+// bytes-written metric for each meter, and the size of the snapshot's
+// contract JSON (snapshot-bytes). Without /proc the case is skipped.
 //
 //	4KiB:       a snapshot of about 4 KiB of contract JSON (a short history
 //	            that slides by one message, variables, two queued events)
 //	window1000: a 1,000-message history of ~200-byte messages; every Save
 //	            appends two and drops the two oldest
-func BenchmarkSave(b *testing.B) {
-	b.Run("4KiB", func(b *testing.B) { benchSave(b, newBench(12, 1)) })
-	b.Run("window1000", func(b *testing.B) { benchSave(b, newBench(1000, 2)) })
+func BenchmarkSave(b *testing.B, open func(b *testing.B, dir string) plugin.Storage, meters ...Meter) {
+	b.Run("4KiB", func(b *testing.B) { benchSave(b, open, meters, newBench(12, 1)) })
+	b.Run("window1000", func(b *testing.B) { benchSave(b, open, meters, newBench(1000, 2)) })
 }
 
 // benchAgent is a kernel stand-in: a window of messages that slides by step
@@ -37,7 +51,7 @@ type benchAgent struct {
 }
 
 func newBench(window, step int) *benchAgent {
-	s := agent.New("bench", 1_700_000_000_000)
+	s := agent.New("bench", baseMs)
 	s.Status = agent.StatusWaitingForEvent
 	a := &benchAgent{snap: s, step: step}
 	for i := 0; i < window; i++ {
@@ -75,11 +89,8 @@ func (a *benchAgent) next() *agent.Snapshot {
 	return s
 }
 
-func benchSave(b *testing.B, a *benchAgent) {
-	s, err := Open(ctx, dbPath(b.TempDir()), Options{Logger: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
+func benchSave(b *testing.B, open func(b *testing.B, dir string) plugin.Storage, meters []Meter, a *benchAgent) {
+	s := open(b, b.TempDir())
 	defer s.Close()
 	if err := s.Save(ctx, a.next()); err != nil { // the first Save writes the whole window
 		b.Fatal(err)
@@ -90,7 +101,14 @@ func benchSave(b *testing.B, a *benchAgent) {
 		snaps[i] = a.next()
 	}
 	durs := make([]time.Duration, b.N)
-	w0 := wchar(b)
+	paths := []string{"/proc/self/io"}
+	for _, m := range meters {
+		paths = append(paths, m.IO())
+	}
+	w0 := make([]int64, len(paths))
+	for i, p := range paths {
+		w0[i] = wchar(b, p)
+	}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
@@ -100,7 +118,13 @@ func benchSave(b *testing.B, a *benchAgent) {
 		durs[i] = time.Since(t0)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(wchar(b)-w0)/float64(b.N), "bytes/save")
+	for i, p := range paths {
+		unit := "bytes/save"
+		if i > 0 {
+			unit = meters[i-1].Unit
+		}
+		b.ReportMetric(float64(wchar(b, p)-w0[i])/float64(b.N), unit)
+	}
 	b.ReportMetric(float64(len(js)), "snapshot-bytes")
 	reportLatency(b, durs)
 }
@@ -112,11 +136,12 @@ func reportLatency(b *testing.B, durs []time.Duration) {
 	b.ReportMetric(ms(durs[min(len(durs)-1, len(durs)*99/100)]), "ms/save-p99")
 }
 
-// wchar returns the bytes this process has passed to write calls so far.
-func wchar(b *testing.B) int64 {
-	f, err := os.Open("/proc/self/io")
+// wchar returns the bytes a process has passed to write calls so far, from
+// its /proc io file at path; without it, it skips the benchmark.
+func wchar(b *testing.B, path string) int64 {
+	f, err := os.Open(path)
 	if err != nil {
-		b.Skipf("bytes/save needs /proc/self/io: %v", err)
+		b.Skipf("bytes/save needs %s: %v", path, err)
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -126,6 +151,6 @@ func wchar(b *testing.B) int64 {
 			return n
 		}
 	}
-	b.Skip("no wchar in /proc/self/io")
+	b.Skipf("no wchar in %s", path)
 	return 0
 }
