@@ -33,6 +33,16 @@ type runFlags struct {
 	listen   string
 	token    string
 	design   designFlags
+	mqtt     mqttFlags
+	// hooks are set by `openstarry core` (the daemon's agents), never by flags.
+	hooks coreHooks
+}
+
+// coreHooks are what the daemon's agents add to a run: save-latency
+// metrics and the routes that serve them.
+type coreHooks struct {
+	beforeSave, afterSave func(*agent.Snapshot)
+	routes                map[string]http.Handler
 }
 
 func init() {
@@ -53,6 +63,7 @@ func init() {
 	fl.StringVar(&f.listen, "listen", envOr("OPENSTARRY_LISTEN", "127.0.0.1:7777"), "HTTP listen address; empty disables HTTP (env OPENSTARRY_LISTEN)")
 	fl.StringVar(&f.token, "token", envOr("OPENSTARRY_API_TOKEN", ""), "bearer token required for HTTP requests from off loopback (env OPENSTARRY_API_TOKEN)")
 	f.design.bind(fl)
+	f.mqtt.bind(fl)
 	rootCmd.AddCommand(cmd)
 }
 
@@ -70,7 +81,7 @@ func openStore(ctx context.Context, url, dataDir string) (plugin.Storage, error)
 }
 
 func lockedExit(err error) error {
-	if errors.Is(err, plugin.ErrLocked) {
+	if errors.Is(err, plugin.ErrLocked) || errors.Is(err, host.ErrAgentRunning) {
 		return exitCode(exitLocked, err)
 	}
 	return err
@@ -87,6 +98,13 @@ func runAgent(ctx context.Context, f runFlags) error {
 	if f.listen != "" && f.token == "" && !loopbackAddr(f.listen) {
 		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_API_TOKEN) so the API is not open to the network", f.listen)
 	}
+	// One process per agent, whatever the store: taken before anything
+	// else starts (the embedded broker, the store, the listener).
+	lock, err := host.LockAgent(f.data, f.agent)
+	if err != nil {
+		return lockedExit(err)
+	}
+	defer lock.Unlock()
 	res, err := f.design.resolveTemplate(ctx, f.template, f.data)
 	if err != nil {
 		return err
@@ -95,6 +113,11 @@ func runAgent(ctx context.Context, f runFlags) error {
 	if storeURL == "" {
 		storeURL = res.Template.Storage
 	}
+	mw, err := newMQTTWiring(f.mqtt, f.agent, f.data, res.Template.Limits.WithDefaults().MaxTaskBytes, log)
+	if err != nil {
+		return err
+	}
+	defer mw.Close()
 	if err := os.MkdirAll(f.data, 0o750); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
@@ -108,9 +131,15 @@ func runAgent(ctx context.Context, f runFlags) error {
 		Str("store", orDefault(storeURL, "bbolt://")).Str("data", f.data).Str("version", version).Msg("starting agent")
 	rt, err := host.Start(ctx, host.Agent{
 		ID: f.agent, Template: res.Template, Vars: res.Vars(), Store: st, DataDir: f.data, Log: log,
+		Outbox: mw.Outbox(), OnProgress: mw.Progress,
+		BeforeSave: f.hooks.beforeSave, AfterSave: f.hooks.afterSave,
 	})
 	if err != nil {
 		return lockedExit(err)
+	}
+	if err := mw.Start(ctx, rt); err != nil {
+		_ = rt.Stop(context.Background())
+		return err
 	}
 
 	var srv *http.Server
@@ -123,6 +152,9 @@ func runAgent(ctx context.Context, f runFlags) error {
 		}
 		api := httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, Token: f.token,
 			MaxTaskBytes: res.Template.Limits.WithDefaults().MaxTaskBytes, Log: log})
+		for pattern, h := range f.hooks.routes {
+			api.Handle(pattern, h)
+		}
 		srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
 		go func() { httpErr <- srv.Serve(ln) }()
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
@@ -135,6 +167,8 @@ func runAgent(ctx context.Context, f runFlags) error {
 	select {
 	case s := <-sig:
 		log.Info().Str("signal", s.String()).Msg("stopping: finishing the current tick")
+	case <-ctx.Done():
+		log.Info().Msg("stopping: finishing the current tick")
 	case <-rt.Done():
 		runErr = rt.Err()
 	case err := <-httpErr:

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"runtime/debug"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/core/daemon"
+	"github.com/openstarry/openstarry-edge/core/design"
+)
+
+// envParentPipe is set by the daemon: the child's stdin is a pipe whose
+// end means the daemon is gone (or wants it to stop, on Windows).
+const envParentPipe = "OPENSTARRY_PARENT_PIPE"
+
+func init() {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:    "core --agent ID --template FILE",
+		Short:  "An agent process spawned by the daemon (not for people)",
+		Hidden: true,
+		Long: `core runs one agent exactly as "openstarry run --template FILE" does, from the
+blueprint the daemon froze for it. The daemon reads its readiness from the
+"listening on http://..." log line, hands it the control API in
+OPENSTARRY_CONTROL and OPENSTARRY_CONTROL_TOKEN (for the agent_manager tool),
+and keeps its stdin open: when the daemon dies, stdin ends and so does the
+agent.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.agent == "" {
+				return errors.New("--agent is required")
+			}
+			if !design.IsFile(f.template) {
+				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
+			}
+			if os.Getenv(envParentPipe) == "1" {
+				go watchParent(os.Stdin)
+			}
+			// The boot's garbage (template schema compilation, hydration)
+			// goes back to the OS once the agent idles, rather than when
+			// the scavenger gets to it: an idle agent keeps ~4 MiB private.
+			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
+			m := daemon.NewAgentMetrics(nil)
+			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
+				routes: map[string]http.Handler{"GET /metrics": m}}
+			return runAgent(cmd.Context(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.agent, "agent", "", "agent id")
+	fl.StringVar(&f.template, "template", "", "frozen blueprint file")
+	fl.StringVar(&f.data, "data", "./data", "data directory")
+	fl.StringVar(&f.store, "store", "", "snapshot store URL; default the template's, else bbolt:// under the data directory")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
+	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
+	f.design.bind(fl)
+	f.mqtt.bind(fl)
+	rootCmd.AddCommand(cmd)
+}
+
+// watchParent stops the agent when its stdin ends: the daemon closed it or
+// died. The agent then finishes its tick and saves (stopSelf).
+func watchParent(stdin io.Reader) {
+	_, _ = io.Copy(io.Discard, stdin)
+	stopSelf()
+}

@@ -1,0 +1,114 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// BenchmarkDaemonBoot measures a cold boot: from exec of `openstarry start`
+// on an empty data directory to the "master online" line (ms/boot), and
+// the resident memory of the daemon and of the idle master agent process
+// three seconds after the boot (MiB): VmRSS, which counts the pages of the
+// binary shared by the daemon and every agent in full, and the agent's
+// private pages (Private_Clean + Private_Dirty of smaps_rollup), what one
+// more agent costs. Targets: under 150 ms, under 15 MiB per idle agent.
+func BenchmarkDaemonBoot(b *testing.B) {
+	for _, bc := range []struct{ name, extra string }{
+		{"mqtt=off", ""},
+		{"mqtt=embedded", "mqtt:\n  broker_listen: 127.0.0.1:0\n  device: bench\n"},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var total time.Duration
+			var daemonRSS, agentRSS, agentPriv float64
+			for i := 0; i < b.N; i++ {
+				data := dataDir(b)
+				cfg := daemonConfig(b, data, bc.extra)
+				cmd := exec.Command(binPath, "start", "--config", cfg)
+				cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
+				stderr, err := cmd.StderrPipe()
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := time.Now()
+				if err := cmd.Start(); err != nil {
+					b.Fatal(err)
+				}
+				sc := bufio.NewScanner(stderr)
+				sc.Buffer(make([]byte, 1<<20), 1<<20)
+				masterPID := 0
+				online := false
+				for !online && sc.Scan() {
+					line := sc.Text()
+					if m := masterPIDRe.FindStringSubmatch(line); m != nil {
+						masterPID, _ = strconv.Atoi(m[1])
+					}
+					online = strings.Contains(line, "phase 3/4 master online")
+				}
+				if !online {
+					_ = cmd.Process.Kill()
+					b.Fatal("the daemon ended before the master was online")
+				}
+				total += time.Since(start)
+				go func() {
+					for sc.Scan() {
+					}
+				}()
+				if i == b.N-1 {
+					time.Sleep(3 * time.Second)
+					daemonRSS = vmRSS(b, cmd.Process.Pid)
+					agentRSS = vmRSS(b, masterPID)
+					agentPriv = privateMiB(b, masterPID)
+				}
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+				_ = cmd.Wait()
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/boot")
+			b.ReportMetric(daemonRSS, "daemon_MiB")
+			b.ReportMetric(agentRSS, "agent_MiB")
+			b.ReportMetric(agentPriv, "agent_private_MiB")
+		})
+	}
+}
+
+var masterPIDRe = regexp.MustCompile(`"agent":"master","pid":(\d+),"template"`)
+
+// vmRSS reads the resident set size of a process, in MiB.
+func vmRSS(b *testing.B, pid int) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^VmRSS:\s+(\d+) kB`).FindSubmatch(data)
+	if m == nil {
+		b.Fatalf("no VmRSS for %d", pid)
+	}
+	kb, _ := strconv.Atoi(string(m[1]))
+	return float64(kb) / 1024
+}
+
+// privateMiB is the memory only this process holds: Private_Clean +
+// Private_Dirty of /proc/PID/smaps_rollup, in MiB.
+func privateMiB(b *testing.B, pid int) float64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	kb := 0
+	for _, m := range regexp.MustCompile(`(?m)^Private_(?:Clean|Dirty):\s+(\d+) kB`).FindAllSubmatch(data, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		kb += n
+	}
+	return float64(kb) / 1024
+}

@@ -1,0 +1,578 @@
+//go:build unix
+
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/design"
+)
+
+// daemonConfig writes a configuration for a test daemon: HTTP on a free
+// loopback port, no MQTT unless extra says otherwise, quick supervision.
+func daemonConfig(t testing.TB, data, extra string) string {
+	t.Helper()
+	base := fmt.Sprintf("data: %s\nhttp:\n  listen: 127.0.0.1:0\n", data)
+	if !strings.Contains(extra, "mqtt:") {
+		base += "mqtt:\n  disabled: true\n"
+	}
+	if !strings.Contains(extra, "supervise:") {
+		base += "supervise:\n  backoff_initial: 50ms\n  stop_timeout: 5s\n  ready_timeout: 20s\n"
+	}
+	path := filepath.Join(t.TempDir(), "openstarry.yaml")
+	if err := os.WriteFile(path, []byte(base+extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// dataDir is a short data directory (the control socket path must stay
+// under about 100 bytes).
+func dataDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "osd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startDaemon runs `openstarry start --config FILE` and waits for the boot
+// to complete.
+func startDaemon(t *testing.T, cfgPath string) *child {
+	t.Helper()
+	c := startChild(t, false, "start", "--config", cfgPath)
+	c.waitLog("boot complete", 30*time.Second)
+	return c
+}
+
+// waitLog waits until the process's log contains s.
+func (c *child) waitLog(s string, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if strings.Contains(c.logs(), s) {
+			return
+		}
+		select {
+		case <-c.done:
+			if strings.Contains(c.logs(), s) {
+				return
+			}
+			c.t.Fatalf("exited (%v) before logging %q:\n%s", c.err, s, c.logs())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	c.t.Fatalf("no %q within %s:\n%s", s, timeout, c.logs())
+}
+
+func daemonStatus(t *testing.T, data string) *control.Status {
+	t.Helper()
+	c, err := control.Discover(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func agentInfo(st *control.Status, id string) (control.AgentInfo, bool) {
+	for _, a := range st.Agents {
+		if a.ID == id {
+			return a, true
+		}
+	}
+	return control.AgentInfo{}, false
+}
+
+// waitAgent polls the status until cond holds for agent id.
+func waitAgent(t *testing.T, data, id string, timeout time.Duration, cond func(control.AgentInfo) bool) control.AgentInfo {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last control.AgentInfo
+	for time.Now().Before(deadline) {
+		if a, ok := agentInfo(daemonStatus(t, data), id); ok {
+			last = a
+			if cond(a) {
+				return a
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("agent %s: condition not met within %s; last %+v", id, timeout, last)
+	return last
+}
+
+// pidGone reports whether the process no longer exists (a zombie counts as
+// gone: it runs nothing and holds no lock).
+func pidGone(pid int) bool {
+	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return true
+	}
+	return regexp.MustCompile(`(?m)^State:\s+Z`).Match(data)
+}
+
+func runCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+var phaseRe = regexp.MustCompile(`"phase":(\d),"duration_ms":([0-9.]+)[^\n]*"message":"phase (\d)/4 ([^"]+)"`)
+
+// TestDaemonColdBoot: the four phases are logged with their durations, the
+// master comes online, status shows it, SIGTERM stops it cleanly.
+func TestDaemonColdBoot(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	base := c.url()
+	logs := c.logs()
+	ms := phaseRe.FindAllStringSubmatch(logs, -1)
+	if len(ms) != 4 {
+		t.Fatalf("%d phase lines:\n%s", len(ms), logs)
+	}
+	for i, m := range ms {
+		if m[1] != strconv.Itoa(i+1) || m[3] != m[1] {
+			t.Errorf("phase line %d: %v", i, m)
+		}
+	}
+	for _, want := range []string{"phase 1/4 infrastructure ready", "phase 2/4 design layer ready", "phase 3/4 master online", "phase 4/4 workers on demand ready"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("no %q", want)
+		}
+	}
+	out, code := runCLI(t, "status", "--data", data)
+	if code != 0 || !regexp.MustCompile(`(?m)^master\s+master\s+master\s+\d+\s+running\s+0\s+0\s+0\s`).MatchString(out) {
+		t.Fatalf("status (%d):\n%s", code, out)
+	}
+	t.Logf("openstarry status:\n%s", out)
+	resp, err := http.Get(base + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz %v %v", resp, err)
+	}
+	resp.Body.Close()
+	pid := daemonStatus(t, data).Agents[0].PID
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
+		t.Fatalf("stop: %d %v\n%s", code, err, c.logs())
+	}
+	if !pidGone(pid) || !strings.Contains(c.logs(), "stopped cleanly") {
+		t.Fatalf("master not stopped cleanly:\n%s", c.logs())
+	}
+	for _, f := range []string{"control.sock", "control.token"} {
+		if _, err := os.Stat(filepath.Join(data, "run", f)); !os.IsNotExist(err) {
+			t.Errorf("%s left behind: %v", f, err)
+		}
+	}
+	if _, code := runCLI(t, "status", "--data", data); code != 1 {
+		t.Errorf("status without a daemon exits %d", code)
+	}
+}
+
+// TestDaemonMasterKilled: tasks sent to the master's own port, the master
+// SIGKILLed mid-way, restarted by the daemon and hydrated; every task ends,
+// none runs twice, none is lost.
+func TestDaemonMasterKilled(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	base := c.url()
+	m, _ := agentInfo(daemonStatus(t, data), "master")
+	const n = 40
+	ids := make([]string, n)
+	for i := range n {
+		ids[i] = fmt.Sprintf("k%02d", i)
+		body := appendTask(ids[i], "out.txt")
+		if i%2 == 1 { // slow ones, so that the kill lands mid-queue
+			body = []byte(fmt.Sprintf(`{"task_id":%q,"input":{"call":[{"tool":"sleep_ms","args":{"ms":15}},{"tool":"file_append","args":{"file":"out.txt","line":"line %s"}}]}}`, ids[i], ids[i]))
+		}
+		if code, resp, err := postTask(t.Context(), m.Addr, "master", body); err != nil || code != 202 {
+			t.Fatalf("task %s: %d %s %v", ids[i], code, resp, err)
+		}
+	}
+	before, _ := agentInfo(daemonStatus(t, data), "master")
+	if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	m2 := waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool {
+		return a.State == control.StateRunning && a.PID != m.PID
+	})
+	if m2.Restarts != 1 || !strings.Contains(m2.LastError, "killed") {
+		t.Fatalf("after the kill: %+v", m2)
+	}
+	c.waitLog("previous run was interrupted", 5*time.Second)
+	hyd := regexp.MustCompile(`hydrated at tick (\d+) with (\d+) queued events`).FindStringSubmatch(c.logs())
+	if hyd == nil || hyd[2] == "0" {
+		t.Fatalf("the master did not come back with queued tasks (queue before the kill %d):\n%s", before.Queue, c.logs())
+	}
+	unknown := 0
+	for _, id := range ids {
+		st := waitDone(t, base, "master", id) // through the daemon's pass-through
+		switch st.Status {
+		case "done":
+		case "unknown_outcome":
+			unknown++
+		default:
+			t.Errorf("task %s: %+v", id, st)
+		}
+	}
+	counts := countLines(t, filepath.Join(data, "agents", "master", "artifacts", "out.txt"))
+	for _, id := range ids {
+		if counts["line "+id] > 1 {
+			t.Errorf("task %s ran %d times", id, counts["line "+id])
+		}
+	}
+	if len(counts) < n-unknown || unknown > 1 {
+		t.Errorf("%d lines, %d unknown outcomes, of %d tasks", len(counts), unknown, n)
+	}
+	t.Logf("master killed at tick %s with %s tasks queued, restarted (pid %d → %d); %d tasks done, %d unknown_outcome",
+		hyd[1], hyd[2], m.PID, m2.PID, n-unknown, unknown)
+}
+
+// TestDaemonKilledNoOrphans: SIGKILL on the daemon takes its agents down.
+func TestDaemonKilledNoOrphans(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	cl, err := control.Discover(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := cl.Manage(context.Background(), "master", control.AgentRequest{Action: "spawn", Template: "worker", AgentID: "w9"}); err != nil {
+		t.Fatal(err)
+	}
+	st := daemonStatus(t, data)
+	var pids []int
+	for _, a := range st.Agents {
+		if a.State != control.StateRunning || a.PID == 0 {
+			t.Fatalf("%+v", a)
+		}
+		pids = append(pids, a.PID)
+	}
+	if len(pids) != 2 {
+		t.Fatalf("%+v", st.Agents)
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGKILL)
+	<-c.done
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for !pidGone(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("agent pid %d outlived the daemon", pid)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// The next daemon boots on the same directory and restores the worker.
+	c2 := startDaemon(t, daemonConfig(t, data, ""))
+	c2.waitLog(`"restored_workers":1`, 5*time.Second)
+	waitAgent(t, data, "w9", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+}
+
+// TestDaemonSecondStartRefused: one daemon per data directory; and the
+// store's lock refuses a second process for a running agent.
+func TestDaemonSecondStartRefused(t *testing.T) {
+	data := dataDir(t)
+	cfg := daemonConfig(t, data, "")
+	startDaemon(t, cfg)
+	out, code := runCLI(t, "start", "--config", cfg)
+	if code != exitLocked || !strings.Contains(out, "another daemon is running on this data directory (pid ") {
+		t.Fatalf("second start: %d\n%s", code, out)
+	}
+	out, code = runCLI(t, "run", "--agent", "master", "--data", data, "--listen", "", "--no-mqtt")
+	if code != exitLocked || !strings.Contains(out, "locked by another process") {
+		t.Fatalf("second master by hand: %d\n%s", code, out)
+	}
+}
+
+// masterTemplate is a master that may spawn workers (agent_manager).
+const masterTemplate = `{"name": "master", "version": "1.1.0", "role": "master", "brain": {"provider": "echo"},
+ "system_prompt": "You are the master.", "tools": ["file_append", "sleep_ms", "agent_manager"],
+ "context_budget": {"max_messages": 200}, "workers": ["worker"]}
+`
+
+func writeTemplate(t *testing.T, data, name, body string) {
+	t.Helper()
+	dir := filepath.Join(data, "templates")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".json"), []byte(body), 0o640); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDaemonAgentManager: a master's task calls agent_manager; the daemon
+// spawns a worker process, hands it the task, and its result comes back
+// to the master as a worker_result task.
+func TestDaemonAgentManager(t *testing.T) {
+	data := dataDir(t)
+	writeTemplate(t, data, "master", masterTemplate)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	base := c.url()
+	task := `{"task_id":"delegate-1","input":{"call":[{"tool":"agent_manager","args":{"action":"spawn","template":"worker",` +
+		`"agent_id":"w1","task":{"task_id":"wt1","input":"hello from the worker"}}}]}}`
+	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	st := waitDone(t, base, "master", "delegate-1")
+	if st.Status != "done" || !strings.Contains(string(st.Output), `"agent_id":"w1"`) || !strings.Contains(string(st.Output), `"result_task_id":"worker_result:w1:wt1"`) {
+		t.Fatalf("spawn task: %+v %s", st, st.Output)
+	}
+	w := waitAgent(t, data, "w1", 10*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+	if w.Role != "worker" || w.Requester != "master" || pidGone(w.PID) {
+		t.Fatalf("worker %+v", w)
+	}
+	res := waitDone(t, base, "master", "worker_result:w1:wt1")
+	if res.Status != "done" || !strings.Contains(string(res.Output), `"worker":"w1"`) || !strings.Contains(string(res.Output), "hello from the worker") {
+		t.Fatalf("worker result at the master: %+v %s", res, res.Output)
+	}
+	// list and stop through the tool too.
+	task = `{"task_id":"delegate-2","input":{"call":[{"tool":"agent_manager","args":{"action":"list"}},` +
+		`{"tool":"agent_manager","args":{"action":"stop","agent_id":"w1"}}]}}`
+	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	st = waitDone(t, base, "master", "delegate-2")
+	if st.Status != "done" || !strings.Contains(string(st.Output), `\"id\": \"w1\"`) && !strings.Contains(string(st.Output), `"id":"w1"`) {
+		t.Fatalf("list/stop: %+v %s", st, st.Output)
+	}
+	eventually(t, "worker process gone", func() bool { return pidGone(w.PID) })
+	if _, ok := agentInfo(daemonStatus(t, data), "w1"); ok {
+		t.Fatal("stopped worker still listed")
+	}
+}
+
+// TestDaemonCrashloop: a master whose store cannot open exits at once; it
+// ends in crashloop, and a restart by hand reports the error.
+func TestDaemonCrashloop(t *testing.T) {
+	data := dataDir(t)
+	writeTemplate(t, data, "master", strings.Replace(masterTemplate, `"workers"`, `"storage": "nope://x", "workers"`, 1))
+	cfg := daemonConfig(t, data, "supervise:\n  backoff_initial: 20ms\n  backoff_max: 100ms\n  crashloop_restarts: 2\n  crashloop_window: 1m\n")
+	c := startChild(t, false, "start", "--config", cfg)
+	c.waitLog("phase 3/4 master NOT online", 30*time.Second)
+	c.waitLog("agent master is in crashloop", time.Second)
+	a, _ := agentInfo(daemonStatus(t, data), "master")
+	if a.State != control.StateCrashloop || a.Restarts != 2 || !strings.Contains(a.LastError, "nope") {
+		t.Fatalf("%+v", a)
+	}
+	out, code := runCLI(t, "status", "--data", data)
+	if code != 0 || !strings.Contains(out, "crashloop") {
+		t.Fatalf("status (%d):\n%s", code, out)
+	}
+	out, code = runCLI(t, "agent", "restart", "master", "--data", data)
+	if code == 0 || !strings.Contains(out, "nope") {
+		t.Fatalf("restart of a broken master: %d\n%s", code, out)
+	}
+	resp, err := http.Get(c.url() + "/healthz")
+	if err != nil || resp.StatusCode != 503 {
+		t.Fatalf("healthz: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	// Fixed on disk: a restart by hand brings it back with the new blueprint.
+	writeTemplate(t, data, "master", masterTemplate)
+	out, code = runCLI(t, "agent", "restart", "master", "--data", data)
+	if code != 0 || !strings.Contains(out, "master: running") {
+		t.Fatalf("restart: %d\n%s", code, out)
+	}
+}
+
+// TestDaemonDesignCache: the first boot fetches the master's template from
+// the design layer (and caches it); with the design layer down, the next
+// boot comes up from the cache.
+func TestDaemonDesignCache(t *testing.T) {
+	tdir := t.TempDir()
+	copyShipped(t, tdir, "master.json", "worker.json", "echo.json")
+	set, err := templateValidator().LoadDir(tdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(design.NewServer(set, zerolog.Nop()))
+	data := dataDir(t)
+	cfg := daemonConfig(t, data, fmt.Sprintf("design:\n  url: %s\n  timeout: 1s\n  retries: 0\n", srv.URL))
+	c := startDaemon(t, cfg)
+	if !regexp.MustCompile(`"source":"remote"[^\n]*phase 2/4 design layer ready`).MatchString(c.logs()) {
+		t.Fatalf("first boot not from the design layer:\n%s", c.logs())
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
+		t.Fatalf("stop: %d %v", code, err)
+	}
+	srv.Close()
+	c = startDaemon(t, cfg)
+	logs := c.logs()
+	if !regexp.MustCompile(`"source":"cache"[^\n]*phase 2/4 design layer ready`).MatchString(logs) || !strings.Contains(logs, "phase 3/4 master online") {
+		t.Fatalf("second boot not from the cache:\n%s", logs)
+	}
+	a, _ := agentInfo(daemonStatus(t, data), "master")
+	if a.Source != "cache" {
+		t.Fatalf("%+v", a)
+	}
+}
+
+// TestDaemonWithBroker: the default MQTT infrastructure: the embedded
+// broker starts in phase 1 and the master connects to it.
+func TestDaemonWithBroker(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, "mqtt:\n  broker_listen: 127.0.0.1:0\n  device: dev1\n"))
+	logs := c.logs()
+	m := regexp.MustCompile(`embedded broker listening on (127\.0\.0\.1:\d+)`).FindStringSubmatch(logs)
+	if m == nil {
+		t.Fatalf("no embedded broker:\n%s", logs)
+	}
+	c.waitLog("mqtt: connected to tcp://"+m[1], 10*time.Second)
+	resp, err := http.Get(c.url() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `openstarry_infra_mqtt_connected{infra="mqtt"} 1`) {
+		t.Fatalf("metrics:\n%s", body)
+	}
+	out, code := runCLI(t, "task", "send", "--broker", "tcp://"+m[1], "--device", "dev1", "--agent", "master", "--input", "over mqtt", "--wait", "--timeout", "10s")
+	if code != 0 || !strings.Contains(out, "over mqtt") {
+		t.Fatalf("task over MQTT: %d\n%s", code, out)
+	}
+	// The daemon publishes the agents' states, retained.
+	got := make(chan []byte, 1)
+	cl := paho.NewClient(paho.NewClientOptions().AddBroker("tcp://" + m[1]).SetClientID("test-state"))
+	if tok := cl.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer cl.Disconnect(100)
+	cl.Subscribe("openstarry/dev1/agents/master/state", 1, func(_ paho.Client, msg paho.Message) {
+		select {
+		case got <- msg.Payload():
+		default:
+		}
+	})
+	select {
+	case p := <-got:
+		if !strings.Contains(string(p), `"state":"running"`) || !strings.Contains(string(p), `"role":"master"`) {
+			t.Fatalf("state message %s", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no retained state message")
+	}
+}
+
+// TestDaemonInterruptionScan: agents whose snapshot was not closed cleanly
+// (here: `openstarry run` killed with SIGKILL) are listed at boot with
+// their tick and status; the master among them is marked recovered.
+func TestDaemonInterruptionScan(t *testing.T) {
+	data := dataDir(t)
+	for _, id := range []string{"master", "bystander"} {
+		c := startChild(t, true, "run", "--agent", id, "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
+		base := c.url()
+		if code, body, err := postTask(t.Context(), base, id, []byte(`{"task_id":"t1","input":"x"}`)); err != nil || code != 202 {
+			t.Fatalf("%d %s %v", code, body, err)
+		}
+		waitDone(t, base, id, "t1")
+		c.kill()
+	}
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	for _, id := range []string{"master", "bystander"} {
+		c.waitLog(fmt.Sprintf("abnormal interruption: agent %s at tick 1 status WAITING_FOR_EVENT", id), time.Second)
+	}
+	st := daemonStatus(t, data)
+	if len(st.Interrupted) != 2 {
+		t.Fatalf("%+v", st.Interrupted)
+	}
+	a, _ := agentInfo(st, "master")
+	if !a.Recovered || a.State != control.StateRunning {
+		t.Fatalf("%+v", a)
+	}
+	if _, ok := agentInfo(st, "bystander"); ok {
+		t.Fatal("an agent the daemon does not run was spawned")
+	}
+	out, _ := runCLI(t, "status", "--data", data)
+	if !strings.Contains(out, "running (recovered)") || !strings.Contains(out, "bystander at tick 1, status WAITING_FOR_EVENT") {
+		t.Fatalf("status:\n%s", out)
+	}
+}
+
+// TestStartBadConfig: an unknown key is an error naming it.
+func TestStartBadConfig(t *testing.T) {
+	cfg := daemonConfig(t, dataDir(t), "design:\n  urll: http://x\n")
+	out, code := runCLI(t, "start", "--config", cfg)
+	if code != 1 || !strings.Contains(out, `unknown key "design.urll" (keys of design: url, timeout, retries, trusted_keys, templates)`) {
+		t.Fatalf("%d\n%s", code, out)
+	}
+	out, code = runCLI(t, "start", "--config", filepath.Join(t.TempDir(), "none.yaml"))
+	if code != 1 || !strings.Contains(out, "no such file") {
+		t.Fatalf("%d\n%s", code, out)
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := &control.Status{PID: 10, Version: "1.2.3", Data: "/var/lib/openstarry", Started: now.Add(-3 * time.Minute), HTTP: "http://127.0.0.1:7777",
+		Phases: []control.Phase{{N: 1, Name: "infrastructure", DurationMs: 4.2}, {N: 3, Name: "master", DurationMs: 20}},
+		Agents: []control.AgentInfo{
+			{ID: "master", Role: "master", Template: "master", PID: 11, State: "running", Since: now.Add(-time.Minute), Snapshot: true, Tick: 42, Queue: 1, Restarts: 1, LastError: "signal: killed"},
+			{ID: "worker-1", Role: "worker", Template: "worker", State: "crashloop", Since: now.Add(-2 * time.Second), Restarts: 5, LastError: "exit status 1: boom"},
+		},
+		Interrupted: []control.Interruption{{AgentID: "master", Tick: 41, Status: "THINKING"}},
+	}
+	var b strings.Builder
+	printStatus(&b, st, now)
+	want := `daemon pid 10, version 1.2.3, up 3m0s, data /var/lib/openstarry, http http://127.0.0.1:7777
+boot: 1 infrastructure 4.2ms · 3 master 20.0ms
+
+AGENT     ROLE    TEMPLATE  PID  STATE      TICK  QUEUE  RESTARTS  SINCE  LAST ERROR
+master    master  master    11   running    42    1      1         1m0s   signal: killed
+worker-1  worker  worker    -    crashloop  -     -      5         2s     exit status 1: boom
+
+interrupted at boot (snapshot not closed cleanly):
+  master at tick 41, status THINKING
+`
+	if b.String() != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}

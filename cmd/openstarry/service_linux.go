@@ -1,0 +1,90 @@
+//go:build linux
+
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"strconv"
+	"strings"
+
+	"github.com/kardianos/service"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/packaging/systemd"
+)
+
+func defaultServiceData() string { return "/var/lib/openstarry" }
+func defaultServiceUser() string { return "openstarry" }
+
+// platformServiceConfig makes systemd install the hardened unit of
+// packaging/systemd, with the paths and user of this installation.
+func platformServiceConfig(c *service.Config, configPath, data, user string) {
+	c.Option["SystemdScript"] = systemdUnit(systemd.Unit, configPath, data, user)
+	c.Option["Restart"] = "always"
+}
+
+// systemdUnit turns the shipped unit into a kardianos/service template:
+// ExecStart becomes the installed binary and its arguments, User and Group
+// the given user (both removed for root), ReadWritePaths the data
+// directory. ProtectHome is relaxed when a path lives under a home
+// directory, which it would otherwise hide.
+func systemdUnit(unit, configPath, data, user string) string {
+	underHome := func(p string) bool {
+		return p != "" && (strings.HasPrefix(p, "/home/") || strings.HasPrefix(p, "/root/") || strings.HasPrefix(p, "/run/user/"))
+	}
+	var out []string
+	for _, line := range strings.Split(unit, "\n") {
+		key, _, _ := strings.Cut(line, "=")
+		switch key {
+		case "ExecStart":
+			line = "ExecStart={{Path | cmdEscape}}{{range Arguments}} {{. | cmd}}{{end}}"
+		case "User", "Group":
+			if user == "" {
+				continue
+			}
+			line = key + "=" + user
+		case "ReadWritePaths":
+			line = "ReadWritePaths=" + data
+		case "ProtectHome":
+			switch {
+			case underHome(data):
+				line = "ProtectHome=no"
+			case underHome(configPath):
+				line = "ProtectHome=read-only"
+			}
+		}
+		out = append(out, line)
+	}
+	return strings.Join(out, "\n")
+}
+
+// prepareServiceData creates the data directory, owned by the service's
+// user, which must exist.
+func prepareServiceData(data, name string) error {
+	if strings.ContainsAny(data, " \t\n\"'\\") {
+		return fmt.Errorf("data directory %q: systemd paths with spaces or quotes are not supported; choose another", data)
+	}
+	if name == "" {
+		return os.MkdirAll(data, 0o750)
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		return fmt.Errorf("user %q: %w; create it first: useradd --system --home-dir %s --shell /usr/sbin/nologin %s", name, err, data, name)
+	}
+	if err := os.MkdirAll(data, 0o750); err != nil {
+		return err
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(data, uid, gid); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	return nil
+}
+
+// serviceLog: under systemd the journal reads stderr.
+func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }

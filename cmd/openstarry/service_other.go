@@ -1,0 +1,22 @@
+//go:build !linux && !windows
+
+package main
+
+import (
+	"io"
+	"os"
+
+	"github.com/kardianos/service"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/config"
+)
+
+func defaultServiceData() string { return "/var/lib/openstarry" }
+func defaultServiceUser() string { return "" }
+
+func platformServiceConfig(*service.Config, string, string, string) {}
+
+func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
+
+func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }

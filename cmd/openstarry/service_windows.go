@@ -1,0 +1,68 @@
+//go:build windows
+
+package main
+
+import (
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/kardianos/service"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/logx"
+)
+
+func defaultServiceData() string {
+	pd := os.Getenv("ProgramData")
+	if pd == "" {
+		pd = `C:\ProgramData`
+	}
+	return filepath.Join(pd, "OpenStarry", "data")
+}
+
+// defaultServiceUser is LocalSystem; --user "NT SERVICE\openstarry" gives
+// the service a virtual account (grant it the data directory).
+func defaultServiceUser() string { return "" }
+
+// platformServiceConfig starts the service at boot and has the service
+// control manager restart it after a failure.
+func platformServiceConfig(c *service.Config, _, _, _ string) {
+	c.Option["StartType"] = "automatic"
+	c.Option["DelayedAutoStart"] = true
+	c.Option["OnFailure"] = "restart"
+	c.Option["OnFailureDelayDuration"] = "5s"
+	c.Option["OnFailureResetPeriod"] = 86400
+}
+
+func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
+
+// serviceLog: a Windows service has no stderr anyone reads; the daemon and
+// its agents log JSON lines to DATA\logs\openstarry.log.
+func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
+	dir := filepath.Join(cfg.Data, "logs")
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return stderrLog()
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "openstarry.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		return stderrLog()
+	}
+	w := &lockedWriter{w: f}
+	return logx.New(w, logx.Options{Level: cfg.Log.Level, Format: "json"}), w, func() { f.Close() }
+}
+
+// lockedWriter serialises writes from the daemon's logger and the agents'
+// forwarded lines.
+type lockedWriter struct {
+	mu sync.Mutex // guards w
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}

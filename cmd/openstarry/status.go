@@ -1,0 +1,117 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+)
+
+func init() {
+	var f configFlags
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status [--config FILE] [--data DIR] [--json]",
+		Short: "Print the daemon's agents: pid, state, tick, restarts, last error",
+		Long: `Ask the daemon running on the data directory (through DATA/run/control.sock
+and DATA/run/control.token) for its agents and print them as a table, or as
+JSON with --json. Exit status 1 when no daemon runs there.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := f.load(cmd)
+			if err != nil {
+				return err
+			}
+			c, err := control.Discover(cfg.Data)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			st, err := c.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(st)
+			}
+			printStatus(cmd.OutOrStdout(), st, time.Now())
+			return nil
+		},
+	}
+	f.bind(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
+	rootCmd.AddCommand(cmd)
+}
+
+// printStatus writes the daemon line, the boot phases and the agents table.
+func printStatus(w io.Writer, st *control.Status, now time.Time) {
+	fmt.Fprintf(w, "daemon pid %d, version %s, up %s, data %s", st.PID, st.Version, shortDur(now.Sub(st.Started)), st.Data)
+	if st.HTTP != "" {
+		fmt.Fprintf(w, ", http %s", st.HTTP)
+	}
+	fmt.Fprintln(w)
+	if len(st.Phases) > 0 {
+		var ps []string
+		for _, p := range st.Phases {
+			ps = append(ps, fmt.Sprintf("%d %s %.1fms", p.N, p.Name, p.DurationMs))
+		}
+		fmt.Fprintf(w, "boot: %s\n", strings.Join(ps, " · "))
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tROLE\tTEMPLATE\tPID\tSTATE\tTICK\tQUEUE\tRESTARTS\tSINCE\tLAST ERROR")
+	for _, a := range st.Agents {
+		pid, tick, queue := "-", "-", "-"
+		if a.PID != 0 {
+			pid = strconv.Itoa(a.PID)
+		}
+		if a.Snapshot {
+			tick, queue = strconv.FormatUint(a.Tick, 10), strconv.Itoa(a.Queue)
+		}
+		state := a.State
+		if a.Recovered {
+			state += " (recovered)"
+		}
+		lastErr := a.LastError
+		if lastErr == "" {
+			lastErr = "-"
+		}
+		if len(lastErr) > 100 {
+			lastErr = lastErr[:97] + "..."
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Role, a.Template, pid, state, tick, queue,
+			a.Restarts, shortDur(now.Sub(a.Since)), lastErr)
+	}
+	tw.Flush()
+	if len(st.Interrupted) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "interrupted at boot (snapshot not closed cleanly):")
+		for _, in := range st.Interrupted {
+			if in.Error != "" {
+				fmt.Fprintf(w, "  %s: %s\n", in.AgentID, in.Error)
+			} else {
+				fmt.Fprintf(w, "  %s at tick %d, status %s\n", in.AgentID, in.Tick, in.Status)
+			}
+		}
+	}
+}
+
+// shortDur prints a duration to the second, or to the millisecond under one.
+func shortDur(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}

@@ -1,0 +1,214 @@
+package daemon
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+)
+
+// controlHandler is the control API (see package control):
+//
+//	GET  /v1/status               the daemon and every agent
+//	POST /v1/agents/{id}/restart  re-resolve the blueprint and restart (also out of crashloop)
+//	POST /v1/agents/{id}/stop     stop; stays stopped until restart
+//	POST /v1/manage               agent_manager: spawn, list, stop workers
+//
+// Every request needs the per-boot bearer token.
+func (d *Daemon) controlHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
+	})
+	mux.HandleFunc("POST /v1/agents/{id}/restart", d.handleRestart)
+	mux.HandleFunc("POST /v1/agents/{id}/stop", d.handleStop)
+	mux.HandleFunc("POST /v1/manage", d.handleManage)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(d.token)) != 1 {
+			writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
+				Msg: "control API: missing or wrong token (DATA/run/control.token)"})
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m := d.member(id)
+	if m == nil {
+		writeError(w, unknownAgent(id))
+		return
+	}
+	d.mu.Lock()
+	stopping := d.stopping
+	d.mu.Unlock()
+	if stopping {
+		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: errStopping.Error()})
+		return
+	}
+	// A restart by hand is when a new blueprint may take effect.
+	old := m.getSpec()
+	role := ""
+	if m.role == control.RoleWorker {
+		role = control.RoleWorker
+	}
+	if spec, err := d.resolveSpec(r.Context(), id, old.Template, old.Requester, role); err != nil {
+		d.log.Warn().Str("agent", id).Err(err).Msg("restart: template not resolved again; keeping the frozen blueprint")
+	} else {
+		m.setSpec(spec)
+	}
+	if m.role == control.RoleWorker {
+		_ = d.reg.setStopped(id, false)
+	}
+	d.log.Info().Str("agent", id).Msgf("restart of %s requested", id)
+	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Supervise.StopTimeout+d.cfg.Supervise.ReadyTimeout+5*time.Second)
+	defer cancel()
+	if err := m.send(ctx, cmdRestart); err != nil {
+		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, m.info())
+}
+
+func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m := d.member(id)
+	if m == nil {
+		writeError(w, unknownAgent(id))
+		return
+	}
+	if m.role == control.RoleWorker {
+		_ = d.reg.setStopped(id, true)
+	}
+	d.log.Info().Str("agent", id).Msgf("stop of %s requested", id)
+	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Supervise.StopTimeout+5*time.Second)
+	defer cancel()
+	if err := m.send(ctx, cmdStop); err != nil {
+		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, m.info())
+}
+
+func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
+	var req control.AgentRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, badRequest("bad request: %v", err))
+		return
+	}
+	requester := r.Header.Get(control.HeaderAgent)
+	switch req.Action {
+	case control.ActionSpawn:
+		res, err := d.spawnWorker(r.Context(), requester, req)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, res)
+	case control.ActionList:
+		writeJSON(w, http.StatusOK, d.status(r.Context(), true).Agents)
+	case control.ActionStop:
+		info, err := d.stopWorker(r.Context(), req.AgentID)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, info)
+	default:
+		writeError(w, badRequest("action %q: want spawn, list or stop", req.Action))
+	}
+}
+
+func unknownAgent(id string) error {
+	return &control.Error{Status: http.StatusNotFound, Code: control.CodeUnknownAgent, Msg: "no agent " + id + " in this daemon"}
+}
+
+// status describes the daemon and its agents; with snaps, each running
+// agent is asked for its snapshot (tick, queue, outbox) in parallel.
+func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
+	ms := d.sortedMembers()
+	d.mu.Lock()
+	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
+		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...)}
+	d.mu.Unlock()
+	st.Agents = make([]control.AgentInfo, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		st.Agents[i] = m.info()
+		if !snaps || st.Agents[i].State != control.StateRunning {
+			continue
+		}
+		wg.Add(1)
+		go func(a *control.AgentInfo) {
+			defer wg.Done()
+			d.fillSnapshot(ctx, a)
+		}(&st.Agents[i])
+	}
+	wg.Wait()
+	return st
+}
+
+// snapInfo is what status reads of an agent's snapshot.
+type snapInfo struct {
+	TickIndex uint64            `json:"tick_index"`
+	Status    string            `json:"status"`
+	Queue     []json.RawMessage `json:"event_queue_backup"`
+	Outbox    []json.RawMessage `json:"outbox"`
+}
+
+func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", a.Addr+"/agents/"+a.ID+"/snapshot", nil)
+	if err != nil {
+		return
+	}
+	resp, err := d.httpc.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return
+	}
+	var s snapInfo
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&s); err != nil {
+		return
+	}
+	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ce *control.Error
+	if !errors.As(err, &ce) {
+		if errors.Is(err, errStopping) {
+			ce = &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: err.Error()}
+		} else {
+			ce = &control.Error{Status: http.StatusInternalServerError, Code: control.CodeInternal, Msg: err.Error()}
+		}
+	}
+	if ce.Status == 0 {
+		ce.Status = http.StatusInternalServerError
+	}
+	writeJSON(w, ce.Status, map[string]string{"error": ce.Msg, "code": ce.Code})
+}

@@ -1,0 +1,162 @@
+// Package control is the wire protocol of the daemon's control API and its
+// client: what `openstarry status` and `openstarry agent restart|stop` use,
+// and what an agent's agent_manager tool uses to spawn, list and stop
+// workers.
+//
+// The API is HTTP/1.1 over a unix socket, DATA/run/control.sock (0600), or
+// on Windows over loopback TCP whose address is in DATA/run/control.addr.
+// Every request carries "Authorization: Bearer TOKEN"; the token is made
+// at each boot, written to DATA/run/control.token (0600) for the operator's
+// commands and handed to the agents in OPENSTARRY_CONTROL_TOKEN, with the
+// address in OPENSTARRY_CONTROL.
+//
+// Invariant: this package imports only the standard library, so that the
+// tool registry (core/tool) can use it without a cycle through the kernel.
+package control
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Environment variables handed to every agent the daemon spawns.
+const (
+	EnvAddr  = "OPENSTARRY_CONTROL"       // unix:///abs/path/control.sock or tcp://127.0.0.1:PORT
+	EnvToken = "OPENSTARRY_CONTROL_TOKEN" // the per-boot bearer token
+)
+
+// Files under DATA/run.
+const (
+	SocketFile = "control.sock"
+	AddrFile   = "control.addr" // Windows: the TCP address
+	TokenFile  = "control.token"
+)
+
+// Agent process states, as the daemon reports them.
+const (
+	StateStarting  = "starting"  // spawned, not yet hydrated and listening
+	StateRunning   = "running"   // listening
+	StateBackoff   = "backoff"   // crashed; waiting before the restart
+	StateCrashloop = "crashloop" // crashed too often; waits for `openstarry agent restart`
+	StateStopping  = "stopping"  // SIGTERM sent
+	StateStopped   = "stopped"   // stopped on request
+)
+
+// Roles.
+const (
+	RoleMaster = "master"
+	RoleWorker = "worker"
+)
+
+// Actions of AgentRequest.
+const (
+	ActionSpawn = "spawn"
+	ActionList  = "list"
+	ActionStop  = "stop"
+)
+
+// AgentRequest is what the agent_manager tool asks of the daemon.
+type AgentRequest struct {
+	Action   string          `json:"action"`             // spawn, list, stop
+	Template string          `json:"template,omitempty"` // spawn: worker template name
+	AgentID  string          `json:"agent_id,omitempty"` // spawn: optional id; stop: required
+	Task     json.RawMessage `json:"task,omitempty"`     // spawn: optional task JSON handed to the worker
+}
+
+// SpawnResult answers a spawn.
+type SpawnResult struct {
+	AgentID  string `json:"agent_id"`
+	Template string `json:"template"`
+	PID      int    `json:"pid,omitempty"`
+	State    string `json:"state"`
+	// TaskID is the id of the task handed to the worker ("" without a
+	// task). Its result comes back to the requester as a task of type
+	// "worker_result" whose id is ResultTaskID.
+	TaskID       string `json:"task_id,omitempty"`
+	ResultTaskID string `json:"result_task_id,omitempty"`
+}
+
+// AgentInfo is one agent in a status answer.
+type AgentInfo struct {
+	ID        string    `json:"id"`
+	Role      string    `json:"role"`
+	Template  string    `json:"template"`
+	Source    string    `json:"template_source,omitempty"` // remote, cache, local, embedded
+	Requester string    `json:"requester,omitempty"`       // workers: who spawned it
+	State     string    `json:"state"`
+	PID       int       `json:"pid,omitempty"`
+	Addr      string    `json:"addr,omitempty"` // the agent's HTTP API, http://127.0.0.1:PORT
+	Restarts  int       `json:"restarts"`
+	LastError string    `json:"last_error,omitempty"`
+	Since     time.Time `json:"since"` // when State was entered
+	Recovered bool      `json:"recovered,omitempty"`
+
+	// From the agent's snapshot when it answered; Snapshot is false when
+	// it did not.
+	Snapshot       bool   `json:"snapshot"`
+	Tick           uint64 `json:"tick"`
+	Queue          int    `json:"queue"`
+	Outbox         int    `json:"outbox"`
+	SnapshotStatus string `json:"snapshot_status,omitempty"`
+}
+
+// Interruption is an agent whose snapshot was not closed cleanly when the
+// daemon booted.
+type Interruption struct {
+	AgentID string `json:"agent_id"`
+	Tick    uint64 `json:"tick"`
+	Status  string `json:"status"`
+	Error   string `json:"error,omitempty"` // it could not be read (locked, corrupt)
+}
+
+// Phase is one boot phase.
+type Phase struct {
+	N          int     `json:"n"`
+	Name       string  `json:"name"`
+	DurationMs float64 `json:"duration_ms"`
+	Done       bool    `json:"done"`
+}
+
+// Status is the answer of GET /v1/status.
+type Status struct {
+	PID         int            `json:"pid"`
+	Version     string         `json:"version"`
+	Data        string         `json:"data"`
+	Started     time.Time      `json:"started"`
+	HTTP        string         `json:"http,omitempty"`
+	Phases      []Phase        `json:"phases"`
+	Agents      []AgentInfo    `json:"agents"`
+	Interrupted []Interruption `json:"interrupted,omitempty"`
+}
+
+// Error is the JSON body of a failed request, and the error the Client
+// returns for it.
+type Error struct {
+	Status int    `json:"-"`
+	Msg    string `json:"error"`
+	Code   string `json:"code"`
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Error codes.
+const (
+	CodeUnauthorized = "unauthorized"
+	CodeBadRequest   = "bad_request"
+	CodeUnknownAgent = "unknown_agent"
+	CodeConflict     = "conflict" // the agent id is already running
+	CodeTemplate     = "template" // the template could not be resolved or is not allowed
+	CodeStopping     = "stopping" // the daemon is shutting down
+	CodeInternal     = "internal"
+)
+
+// ResultTaskID is the id of the worker_result task that carries the result
+// of taskID on worker back to its requester. It is deterministic, so that
+// forwarding it again after a crash is a duplicate the requester drops.
+func ResultTaskID(worker, taskID string) string {
+	id := "worker_result:" + worker + ":" + taskID
+	if len(id) <= 128 {
+		return id
+	}
+	return "worker_result:" + hash16(worker+"\x00"+taskID)
+}

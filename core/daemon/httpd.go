@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"crypto/subtle"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+)
+
+// httpHandler is the daemon's HTTP listener (http.listen):
+//
+//	GET /healthz          200 when booted, the master runs and the infrastructure is up; 503 otherwise
+//	GET /metrics          Prometheus text: the daemon, the infrastructure, every agent
+//	GET /status           the JSON of `openstarry status --json`
+//	/agents/{id}/...      passed through to the agent's own API (tasks, snapshot)
+//
+// A bearer token (http.token) is required from off loopback when set.
+func (d *Daemon) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", d.healthz)
+	mux.HandleFunc("GET /metrics", d.metrics)
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
+	})
+	mux.HandleFunc("/agents/{id}/", d.proxyAgent)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok := d.cfg.HTTP.Token; tok != "" && !fromLoopback(r) {
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
+				d.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("http: missing or wrong token")
+				writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
+					Msg: "a valid bearer token is required from off loopback"})
+				return
+			}
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func fromLoopback(r *http.Request) bool {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+type health struct {
+	Status string            `json:"status"` // ok, booting, degraded, stopping
+	Master string            `json:"master"` // the master's state
+	Agents map[string]string `json:"agents"` // id → state
+	Infra  map[string]string `json:"infra,omitempty"`
+}
+
+func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
+	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}}
+	for _, m := range d.sortedMembers() {
+		st, _, _ := m.watch()
+		h.Agents[m.id] = st
+		if m.role == control.RoleMaster {
+			h.Master = st
+		}
+	}
+	d.mu.Lock()
+	booted, stopping := d.booted, d.stopping
+	up := append([]bool(nil), d.infraUp...)
+	d.mu.Unlock()
+	degraded := h.Master != control.StateRunning
+	for i, inf := range d.o.Infra {
+		s := "up"
+		if i >= len(up) || !up[i] {
+			s, degraded = "down", true
+		}
+		if sr, ok := inf.(StatusReporter); ok {
+			if st := sr.Status(); !st.Up {
+				s, degraded = "down", true
+				if st.Detail != "" {
+					s += ": " + st.Detail
+				}
+			}
+		}
+		h.Infra[inf.Name()] = s
+	}
+	code := http.StatusOK
+	switch {
+	case stopping:
+		h.Status, code = "stopping", http.StatusServiceUnavailable
+	case !booted:
+		h.Status, code = "booting", http.StatusServiceUnavailable
+	case degraded:
+		h.Status, code = "degraded", http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, h)
+}
+
+// proxyAgent passes /agents/{id}/... to the agent's own API.
+func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	m := d.member(id)
+	if m == nil {
+		writeError(w, unknownAgent(id))
+		return
+	}
+	st, addr, _ := m.watch()
+	if st != control.StateRunning {
+		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: "agent_not_running",
+			Msg: "agent " + id + " is " + st + "; try again when it runs"})
+		return
+	}
+	target, err := url.Parse(addr)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(target)
+			pr.Out.Header.Del("Authorization") // the agent's API is loopback-only and needs none
+		},
+		Transport: d.httpc.Transport,
+		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
+			writeError(w, &control.Error{Status: http.StatusBadGateway, Code: "agent_unreachable", Msg: "agent " + id + ": " + err.Error()})
+		},
+	}
+	rp.ServeHTTP(w, r)
+}

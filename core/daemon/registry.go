@@ -1,0 +1,183 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// RegistryFile is where the daemon keeps its workers and pending handoffs.
+const RegistryFile = "workers.json"
+
+// registry is the daemon's durable memory of the workers it spawned and of
+// the tasks it handed them whose results have not yet reached their
+// requesters. Every change is written (temporary file, fsync, rename, fsync
+// of the directory) before the daemon acts on it, so that after a crash of
+// the daemon the next one restores the workers and resumes each handoff.
+type registry struct {
+	path string
+
+	mu   sync.Mutex // guards data and serialises writes of the file
+	data regData
+}
+
+type regData struct {
+	Workers  []regWorker `json:"workers"`
+	Handoffs []handoff   `json:"handoffs"`
+}
+
+// regWorker is one spawned worker.
+type regWorker struct {
+	ID        string    `json:"id"`
+	Template  string    `json:"template"`
+	Requester string    `json:"requester"`
+	Created   time.Time `json:"created"`
+	// Stopped is set by `openstarry agent stop`: the worker is not
+	// restored at the next boot.
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// handoff is a task given to a worker whose result goes back to the
+// requester.
+type handoff struct {
+	Worker    string          `json:"worker"`
+	Requester string          `json:"requester"`
+	TaskID    string          `json:"task_id"`
+	Task      json.RawMessage `json:"task"`
+	// Handed is set once the worker has made the task durable.
+	Handed bool `json:"handed,omitempty"`
+}
+
+func openRegistry(runDir string) (*registry, error) {
+	r := &registry{path: filepath.Join(runDir, RegistryFile)}
+	data, err := os.ReadFile(r.path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return r, nil
+	case err != nil:
+		return nil, fmt.Errorf("worker registry: %w", err)
+	}
+	if err := json.Unmarshal(data, &r.data); err != nil {
+		return nil, fmt.Errorf("worker registry %s is damaged (%v); move it away to start without the previous workers", r.path, err)
+	}
+	return r, nil
+}
+
+// update applies fn and writes the result; on a write error the change is
+// undone.
+func (r *registry) update(fn func(d *regData)) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	old := r.data.clone()
+	fn(&r.data)
+	b, err := json.MarshalIndent(&r.data, "", "  ")
+	if err == nil {
+		err = writeFileAtomic(r.path, append(b, '\n'), 0o640)
+	}
+	if err != nil {
+		r.data = old
+		return fmt.Errorf("worker registry: %w", err)
+	}
+	return nil
+}
+
+func (r *registry) snapshot() regData {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.data.clone()
+}
+
+func (d regData) clone() regData {
+	return regData{Workers: slices.Clone(d.Workers), Handoffs: slices.Clone(d.Handoffs)}
+}
+
+func (r *registry) addWorker(w regWorker, h *handoff) error {
+	return r.update(func(d *regData) {
+		d.Workers = slices.DeleteFunc(d.Workers, func(x regWorker) bool { return x.ID == w.ID })
+		d.Workers = append(d.Workers, w)
+		if h != nil {
+			d.Handoffs = append(d.Handoffs, *h)
+		}
+	})
+}
+
+func (r *registry) removeWorker(id string) error {
+	return r.update(func(d *regData) {
+		d.Workers = slices.DeleteFunc(d.Workers, func(x regWorker) bool { return x.ID == id })
+	})
+}
+
+func (r *registry) setStopped(id string, stopped bool) error {
+	return r.update(func(d *regData) {
+		for i := range d.Workers {
+			if d.Workers[i].ID == id {
+				d.Workers[i].Stopped = stopped
+			}
+		}
+	})
+}
+
+func (r *registry) markHanded(worker, taskID string) error {
+	return r.update(func(d *regData) {
+		for i := range d.Handoffs {
+			if d.Handoffs[i].Worker == worker && d.Handoffs[i].TaskID == taskID {
+				d.Handoffs[i].Handed = true
+			}
+		}
+	})
+}
+
+func (r *registry) removeHandoff(worker, taskID string) error {
+	return r.update(func(d *regData) {
+		d.Handoffs = slices.DeleteFunc(d.Handoffs, func(h handoff) bool { return h.Worker == worker && h.TaskID == taskID })
+	})
+}
+
+// writeFileAtomic writes data to path so that a crash leaves the old or
+// the new content: temporary file, fsync, rename, fsync of the directory.
+// A read-only target (a frozen blueprint) is replaced too.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(name)
+		}
+	}()
+	if _, err := tmp.Write(data); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(name, perm); err != nil {
+		return err
+	}
+	if runtime.GOOS == "windows" {
+		_ = os.Chmod(path, 0o640) // Windows refuses to replace a read-only file
+	}
+	if err := os.Rename(name, path); err != nil {
+		return err
+	}
+	ok = true
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync() // not supported everywhere (Windows); the rename is atomic regardless
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,210 @@
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/design"
+)
+
+// spawnWorker is phase 4's request: resolve the worker template, freeze
+// it, record the worker (and its task) durably, then start it and wait for
+// the first outcome of the process.
+func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.AgentRequest) (*control.SpawnResult, error) {
+	d.mu.Lock()
+	stopping, booted := d.stopping, d.booted
+	d.mu.Unlock()
+	if stopping {
+		return nil, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: errStopping.Error()}
+	}
+	if !booted {
+		return nil, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: "the daemon is still booting"}
+	}
+	if !design.ValidName(req.Template) {
+		return nil, badRequest("template %q is not a template name", req.Template)
+	}
+	var rm *member
+	if requester != "" {
+		if rm = d.member(requester); rm == nil {
+			return nil, badRequest("requester %q is not an agent of this daemon", requester)
+		}
+	}
+	if rm == nil && len(req.Task) > 0 {
+		return nil, badRequest("a task needs a requester (header %s) to send its result to", control.HeaderAgent)
+	}
+	if rm != nil {
+		if ws := rm.getSpec().Workers; len(ws) > 0 && !slices.Contains(ws, req.Template) {
+			return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate,
+				Msg: fmt.Sprintf("template %s is not among the workers of %s's template %s: %v", req.Template, requester, rm.getSpec().Template, ws)}
+		}
+	}
+	id := req.AgentID
+	if id == "" {
+		id = req.Template + "-" + randomHex(3)
+	}
+	if err := agent.ValidateID(id); err != nil {
+		return nil, badRequest("agent_id: %v", err)
+	}
+	if m := d.member(id); m != nil {
+		info := m.info()
+		if m.role != control.RoleWorker || info.State != control.StateStopped {
+			return nil, &control.Error{Status: http.StatusConflict, Code: control.CodeConflict,
+				Msg: fmt.Sprintf("agent %s is already running (state %s, pid %d)", id, info.State, info.PID)}
+		}
+		// A stopped worker of the same id is replaced.
+		if err := d.removeMember(ctx, m); err != nil {
+			return nil, err
+		}
+	}
+	var h *handoff
+	if len(req.Task) > 0 && string(req.Task) != "null" {
+		task, taskID, err := normaliseTask(req.Task)
+		if err != nil {
+			return nil, badRequest("task: %v", err)
+		}
+		h = &handoff{Worker: id, Requester: requester, TaskID: taskID, Task: task}
+	}
+	spec, err := d.resolveSpec(ctx, id, req.Template, requester, design.RoleWorker)
+	if errors.Is(err, errRole) {
+		return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate,
+			Msg: err.Error() + ": only worker templates are spawned on demand"}
+	}
+	if err != nil {
+		return nil, &control.Error{Status: http.StatusUnprocessableEntity, Code: control.CodeTemplate, Msg: fmt.Sprintf("template %s: %v", req.Template, err)}
+	}
+	// The id is taken first, so that two spawns of one id cannot both
+	// pass; then the worker is durable before anything runs: a daemon
+	// crash from here on restores it and resumes the handoff.
+	m, err := d.reserve(id, control.RoleWorker, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.reg.addWorker(regWorker{ID: id, Template: req.Template, Requester: requester, Created: d.now().UTC()}, h); err != nil {
+		d.release(m)
+		return nil, err
+	}
+	go m.run()
+	d.log.Info().Str("agent", id).Str("template", req.Template).Str("requester", requester).Str("source", spec.Source).
+		Msgf("worker %s spawned on demand", id)
+	if h != nil {
+		d.startHandoff(*h)
+	}
+	d.waitFirstOutcome(ctx, m)
+	info := m.info()
+	out := &control.SpawnResult{AgentID: id, Template: req.Template, PID: info.PID, State: info.State}
+	if h != nil {
+		out.TaskID = h.TaskID
+		out.ResultTaskID = control.ResultTaskID(id, h.TaskID)
+	}
+	return out, nil
+}
+
+// waitFirstOutcome waits until m's first process is running or has ended.
+func (d *Daemon) waitFirstOutcome(ctx context.Context, m *member) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Supervise.ReadyTimeout)
+	defer cancel()
+	for {
+		st, _, ch := m.watch()
+		if st != control.StateStarting {
+			return
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// stopWorker stops a worker for good: its process, its supervisor, its
+// registry entry. Pending handoffs to it end with a failed result.
+func (d *Daemon) stopWorker(ctx context.Context, id string) (*control.AgentInfo, error) {
+	m := d.member(id)
+	if m == nil {
+		return nil, &control.Error{Status: http.StatusNotFound, Code: control.CodeUnknownAgent, Msg: "no agent " + id + " in this daemon"}
+	}
+	if m.role != control.RoleWorker {
+		return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeBadRequest, Msg: fmt.Sprintf("agent %s is the %s; agent_manager stops workers only", id, m.role)}
+	}
+	if err := d.removeMember(ctx, m); err != nil {
+		return nil, err
+	}
+	if err := d.reg.removeWorker(id); err != nil {
+		return nil, err
+	}
+	d.log.Info().Str("agent", id).Msgf("worker %s stopped and removed", id)
+	info := m.info()
+	return &info, nil
+}
+
+// restoreWorkers starts again the workers the previous run had spawned and
+// not stopped, and resumes their handoffs. A worker whose template cannot
+// be resolved any more is shown in crashloop with the reason.
+func (d *Daemon) restoreWorkers(ctx context.Context) int {
+	reg := d.reg.snapshot()
+	n := 0
+	for _, w := range reg.Workers {
+		if w.Stopped {
+			continue
+		}
+		spec, err := d.resolveSpec(ctx, w.ID, w.Template, w.Requester, design.RoleWorker)
+		if err != nil {
+			d.log.Error().Str("agent", w.ID).Str("template", w.Template).Err(err).Msg("worker not restored: its template cannot be resolved")
+			continue
+		}
+		if _, err := d.addMember(w.ID, control.RoleWorker, spec); err != nil {
+			d.log.Error().Str("agent", w.ID).Err(err).Msg("worker not restored")
+			continue
+		}
+		d.log.Info().Str("agent", w.ID).Str("template", w.Template).Msg("worker restored")
+		n++
+	}
+	for _, h := range reg.Handoffs {
+		d.log.Info().Str("worker", h.Worker).Str("task", h.TaskID).Bool("handed", h.Handed).Msg("resuming a worker handoff")
+		d.startHandoff(h)
+	}
+	return n
+}
+
+// normaliseTask checks a task for a worker and gives it a task_id when it
+// has none.
+func normaliseTask(raw json.RawMessage) (json.RawMessage, string, error) {
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &obj); err != nil {
+		return nil, "", fmt.Errorf("not a JSON object: %v", err)
+	}
+	if obj == nil {
+		return nil, "", errors.New("not a JSON object")
+	}
+	if _, ok := obj["task_id"]; !ok {
+		id, _ := json.Marshal("t-" + randomHex(8))
+		obj["task_id"] = id
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, "", err
+	}
+	t, err := agent.DecodeTask(out, 0)
+	if err != nil {
+		return nil, "", err
+	}
+	return out, t.TaskID, nil
+}
+
+func badRequest(format string, a ...any) error {
+	return &control.Error{Status: http.StatusBadRequest, Code: control.CodeBadRequest, Msg: fmt.Sprintf(format, a...)}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,191 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+	"github.com/mochi-mqtt/server/v2/listeners"
+	"github.com/mochi-mqtt/server/v2/packets"
+	"github.com/rs/zerolog"
+	"go.etcd.io/bbolt"
+)
+
+// DefaultListen is the embedded broker's default address: loopback only.
+const DefaultListen = "127.0.0.1:1883"
+
+// DBFile is the name of the broker's store in the data directory.
+const DBFile = "broker.db"
+
+// ErrAddrInUse is wrapped by Start's error when the listen address is taken
+// (by another broker, most likely).
+var ErrAddrInUse = errors.New("address already in use")
+
+// Config configures the embedded broker.
+type Config struct {
+	// Listen is the TCP address, default DefaultListen. Port 0 picks a
+	// free port; Addr reports it.
+	Listen string
+	// DataDir holds DBFile. Empty: nothing is persisted (tests).
+	DataDir string
+	// Users may connect with a password from anywhere; anonymous clients
+	// only from loopback.
+	Users []User
+	// TopicPrefix is the first level of every OpenStarry topic, default
+	// "openstarry"; device users' ACLs are built from it.
+	TopicPrefix string
+	// Log receives mochi's log records (bridged from slog).
+	Log zerolog.Logger
+}
+
+// Broker is a running embedded broker.
+type Broker struct {
+	srv  *mqtt.Server
+	ln   net.Listener
+	log  zerolog.Logger
+	once sync.Once
+}
+
+// Start binds the listener, loads the persisted sessions and serves. The
+// broker runs until Close.
+func Start(ctx context.Context, cfg Config) (*Broker, error) {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "openstarry"
+	}
+	log := cfg.Log.With().Str("component", "broker").Logger()
+	auth, err := newAuthHook(cfg.Users, cfg.TopicPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", cfg.Listen)
+	if err != nil {
+		if isAddrInUse(err) {
+			return nil, fmt.Errorf("embedded broker: listen %s: %w", cfg.Listen, ErrAddrInUse)
+		}
+		return nil, fmt.Errorf("embedded broker: listen %s: %w", cfg.Listen, err)
+	}
+	caps := mqtt.NewDefaultServerCapabilities()
+	caps.MaximumMessageExpiryInterval = 0              // queued tasks never expire
+	caps.MaximumSessionExpiryInterval = math.MaxUint32 // sessions of offline agents never expire
+	caps.MaximumInflight = math.MaxUint16              // per client, beyond it mochi drops
+	caps.ReceiveMaximum = math.MaxUint16               // a fast v3 publisher is not disconnected
+	caps.MaximumClientWritesPending = 64 * 1024
+	bridge := NewSlogHandler(log)
+	bridge.Demote = demote
+	srv := mqtt.New(&mqtt.Options{
+		Capabilities:           caps,
+		Logger:                 slog.New(bridge),
+		SysTopicResendInterval: 60,
+	})
+	b := &Broker{srv: srv, ln: ln, log: log}
+	if err := srv.AddHook(auth, nil); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	if cfg.DataDir != "" {
+		path := filepath.Join(cfg.DataDir, DBFile)
+		err := srv.AddHook(new(boltHook), &bolt.Options{
+			Path:    path,
+			Options: &bbolt.Options{Timeout: time.Second},
+		})
+		if err != nil {
+			ln.Close()
+			if errors.Is(err, bbolt.ErrTimeout) {
+				return nil, fmt.Errorf("embedded broker: %s is locked by another process (another broker uses this data directory)", path)
+			}
+			return nil, fmt.Errorf("embedded broker: open %s: %w", path, err)
+		}
+	}
+	if err := srv.AddListener(listeners.NewNet("tcp", ln)); err != nil {
+		b.closeServer()
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	if err := srv.Serve(); err != nil {
+		b.closeServer()
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	log.Info().Str("addr", ln.Addr().String()).Bool("persistent", cfg.DataDir != "").Int("users", len(cfg.Users)).
+		Msgf("embedded broker listening on %s", ln.Addr())
+	return b, nil
+}
+
+// Addr is the bound listen address.
+func (b *Broker) Addr() net.Addr { return b.ln.Addr() }
+
+// URL is the address as a client URL, tcp://HOST:PORT; an unspecified host
+// (0.0.0.0, ::) becomes loopback.
+func (b *Broker) URL() string {
+	host, port, _ := net.SplitHostPort(b.ln.Addr().String())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "tcp://" + net.JoinHostPort(host, port)
+}
+
+// Close disconnects every client, stops listening and closes the store. It
+// is safe to call more than once.
+func (b *Broker) Close() error {
+	b.once.Do(b.closeServer)
+	return nil
+}
+
+func (b *Broker) closeServer() {
+	// Stop accepting, then disconnect the clients; mochi's Close waits for
+	// their goroutines before it closes the store under them.
+	_ = b.ln.Close()
+	for _, cl := range b.srv.Clients.GetAll() {
+		if !cl.Closed() {
+			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+		}
+	}
+	_ = b.srv.Close()
+}
+
+// demote lowers to debug mochi's start and stop chatter (hooks added,
+// listener attached), a client connection that ended (EOF, closed at
+// shutdown), and the error its bbolt hook logs for a store that holds no
+// server info yet (a fresh broker.db), which is no error.
+func demote(r slog.Record) bool {
+	if r.Level < slog.LevelWarn {
+		return true
+	}
+	benign := false
+	r.Attrs(func(a slog.Attr) bool {
+		e, ok := a.Value.Any().(error)
+		switch {
+		case !ok:
+		case r.Message == "failed to get data" && errors.Is(e, bolt.ErrKeyNotFound):
+			benign = true
+		case r.Message == "" && (errors.Is(e, io.EOF) || errors.Is(e, net.ErrClosed)):
+			benign = true
+		}
+		return !benign
+	})
+	return benign
+}
+
+func isAddrInUse(err error) bool {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return true
+	}
+	var errno syscall.Errno
+	if errors.As(err, &errno) && errno == 10048 { // WSAEADDRINUSE
+		return true
+	}
+	return strings.Contains(err.Error(), "address already in use")
+}

@@ -1,0 +1,450 @@
+package mqtt
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/eclipse/paho.mqtt.golang/packets"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// Errors of Start: the broker will not take this client, and retrying will
+// not change that.
+var (
+	// ErrBadCredentials is returned when the broker refuses the user name
+	// or password.
+	ErrBadCredentials = errors.New("the broker refused the user name or password")
+	// ErrNotAuthorized is returned when the broker refuses this client.
+	ErrNotAuthorized = errors.New("the broker refused this client (not authorized)")
+	// ErrTLS is returned when the TLS handshake fails: an unknown CA, a
+	// certificate for another host, an expired or refused certificate.
+	ErrTLS = errors.New("TLS handshake with the broker failed")
+	// ErrRefused is returned for the other refusals of a CONNECT
+	// (protocol version, client id).
+	ErrRefused = errors.New("the broker refused the connection")
+)
+
+// Runtime is what the client needs of an agent runtime; *agent.Runtime
+// implements it.
+type Runtime interface {
+	Submit(ctx context.Context, ev agent.Event) agent.SubmitResult
+	Confirm(seq uint64)
+}
+
+// Stats count what the client did since New.
+type Stats struct {
+	Received     uint64 // task-topic messages received
+	Accepted     uint64 // tasks made durable and acknowledged
+	Duplicates   uint64 // tasks acknowledged as duplicates
+	DeadLettered uint64 // messages rejected to the dead letter topic
+	Published    uint64 // results confirmed (PUBACK) and handed to Confirm
+}
+
+// Client connects one agent to a broker. It implements agent.Outbox; give
+// it to the runtime (Config.Outbox, Config.OnProgress = Client.Progress),
+// then call Start with the runtime.
+type Client struct {
+	cfg    Config
+	log    zerolog.Logger
+	url    *url.URL
+	topics Topics
+	pc     paho.Client
+
+	ctx    context.Context // ends at Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the client's goroutines
+
+	rt  Runtime       // set by Start before the first connection
+	sem chan struct{} // bounds concurrent Submits
+
+	mu       sync.Mutex // guards incoming, conn, gen, started, closed
+	incoming []*pending // results handed over by Deliver, not yet seen by the publisher
+	lastSeq  uint64     // highest Seq handed over
+	anySeq   bool       // lastSeq is set
+	conn     bool       // a connection is up
+	gen      uint64     // connections so far
+	started  bool
+	closed   bool
+
+	wake     chan struct{} // nudges the publisher
+	waitingN atomic.Int64  // results handed over and not yet confirmed
+	progress chan progressMsg
+
+	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
+
+	received, accepted, duplicates, deadLettered, published atomic.Uint64
+	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
+}
+
+// New checks cfg and prepares the client; it does no I/O.
+func New(cfg Config) (*Client, error) {
+	cfg.setDefaults()
+	u, tc, err := cfg.validate()
+	if err != nil {
+		return nil, fmt.Errorf("mqtt: %w", err)
+	}
+	c := &Client{
+		cfg:      cfg,
+		url:      u,
+		topics:   TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
+		sem:      make(chan struct{}, cfg.MaxPendingSubmits),
+		wake:     make(chan struct{}, 1),
+		progress: make(chan progressMsg, 256),
+	}
+	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+
+	will, _ := json.Marshal(c.status("offline", "connection lost"))
+	o := paho.NewClientOptions().
+		AddBroker(u.String()).
+		SetClientID(ClientID(cfg.Device, cfg.Agent)).
+		SetCleanSession(false).
+		SetProtocolVersion(4). // no silent fallback to 3.1 (a refused login would be tried twice)
+		SetOrderMatters(true). // the handler only decodes and hands over
+		SetAutoAckDisabled(true).
+		SetStore(paho.NewOrderedMemoryStore()). // publications resumed after a reconnect keep their order
+		SetKeepAlive(cfg.KeepAlive).
+		SetPingTimeout(10*time.Second).
+		SetConnectTimeout(cfg.ConnectTimeout).
+		SetWriteTimeout(10*time.Second).
+		SetConnectRetry(false). // the first attempt is synchronous (see Start)
+		SetAutoReconnect(true).
+		SetMaxReconnectInterval(cfg.MaxReconnectInterval).
+		SetBinaryWill(c.topics.Status, will, 1, true).
+		SetDefaultPublishHandler(c.onOther).
+		SetOnConnectHandler(c.onConnect).
+		SetConnectionLostHandler(c.onConnectionLost).
+		SetReconnectingHandler(c.onReconnecting)
+	if cfg.Username != "" {
+		o.SetUsername(cfg.Username)
+		o.SetPassword(cfg.Password)
+	}
+	if tc != nil {
+		o.SetTLSConfig(tc)
+	}
+	c.pc = paho.NewClient(o)
+	c.pc.AddRoute(c.topics.Tasks, c.onTask)
+	if !cfg.NoFleet {
+		c.pc.AddRoute(c.topics.Fleet, c.onTask)
+	}
+	return c, nil
+}
+
+// Topics returns the client's topics.
+func (c *Client) Topics() Topics { return c.topics }
+
+// Stats returns the counters.
+func (c *Client) Stats() Stats {
+	return Stats{Received: c.received.Load(), Accepted: c.accepted.Load(), Duplicates: c.duplicates.Load(),
+		DeadLettered: c.deadLettered.Load(), Published: c.published.Load()}
+}
+
+// Start binds the runtime and connects. It tries once, synchronously: a
+// refused login or a failed TLS handshake is returned (ErrBadCredentials,
+// ErrNotAuthorized, ErrTLS, ErrRefused) and the client is closed; any other
+// failure (the broker is unreachable) is logged and retried in the
+// background. Start may be called once.
+func (c *Client) Start(ctx context.Context, rt Runtime) error {
+	c.mu.Lock()
+	if c.started || c.closed {
+		c.mu.Unlock()
+		return errors.New("mqtt: Start called twice or after Close")
+	}
+	c.started = true
+	c.mu.Unlock()
+	c.rt = rt
+	c.wg.Add(2)
+	go c.publishLoop()
+	go c.progressLoop()
+
+	tok := c.pc.Connect()
+	err := waitToken(ctx, tok, c.cfg.ConnectTimeout+5*time.Second)
+	if err == nil {
+		return nil
+	}
+	var rc byte = packets.ErrNetworkError
+	if ct, ok := tok.(*paho.ConnectToken); ok && done(tok) {
+		rc = ct.ReturnCode()
+	}
+	if fatal := classify(rc, err); fatal != nil {
+		c.stop()
+		return connectError(c.url, fatal, err)
+	}
+	if ctx.Err() != nil {
+		c.stop()
+		return ctx.Err()
+	}
+	c.log.Warn().Err(err).Str("broker", c.url.Redacted()).
+		Msg("mqtt: broker unreachable; retrying in the background (tasks wait at the broker, results wait here)")
+	c.wg.Add(1)
+	go c.connectLoop()
+	return nil
+}
+
+// classify returns the sentinel of a failure that retrying will not heal,
+// or nil.
+func classify(rc byte, err error) error {
+	switch rc {
+	case packets.ErrRefusedBadUsernameOrPassword:
+		return ErrBadCredentials
+	case packets.ErrRefusedNotAuthorised:
+		return ErrNotAuthorized
+	case packets.ErrRefusedBadProtocolVersion, packets.ErrRefusedIDRejected:
+		return ErrRefused
+	}
+	var (
+		unknownCA *x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		verify    *tls.CertificateVerificationError
+		record    tls.RecordHeaderError
+		alert     tls.AlertError
+	)
+	if errors.As(err, &unknownCA) || errors.As(err, &hostname) || errors.As(err, &invalid) ||
+		errors.As(err, &verify) || errors.As(err, &record) || errors.As(err, &alert) {
+		return ErrTLS
+	}
+	return nil
+}
+
+// connectError words a refused connection: the sentinel, and the cause
+// when it says more (a TLS failure says which certificate check failed).
+func connectError(u *url.URL, fatal, err error) error {
+	if errors.Is(fatal, ErrTLS) {
+		return fmt.Errorf("mqtt: %s: %w: %v", u.Redacted(), fatal, cause(err))
+	}
+	return fmt.Errorf("mqtt: %s: %w", u.Redacted(), fatal)
+}
+
+// cause strips paho's "network Error : " wrapping.
+func cause(err error) error {
+	for {
+		switch e := err.(type) {
+		case interface{ Unwrap() []error }:
+			errs := e.Unwrap()
+			if len(errs) == 0 {
+				return err
+			}
+			err = errs[len(errs)-1]
+		default:
+			return err
+		}
+	}
+}
+
+// done reports whether tok has completed.
+func done(tok paho.Token) bool {
+	select {
+	case <-tok.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+func waitToken(ctx context.Context, tok paho.Token, limit time.Duration) error {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-tok.Done():
+		return tok.Error()
+	case <-t.C:
+		return fmt.Errorf("no answer from the broker within %s", limit)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// connectLoop retries the first connection until it succeeds; paho's
+// automatic reconnection takes over from there.
+func (c *Client) connectLoop() {
+	defer c.wg.Done()
+	delay := time.Second
+	for attempt := 2; ; attempt++ {
+		if !c.sleep(jitter(delay)) {
+			return
+		}
+		tok := c.pc.Connect()
+		err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout+5*time.Second)
+		if err == nil {
+			return
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		delay = min(delay*2, c.cfg.MaxReconnectInterval)
+		c.log.Warn().Err(err).Int("attempt", attempt).Dur("next_in", delay).Str("broker", c.url.Redacted()).
+			Msg("mqtt: cannot connect to the broker")
+	}
+}
+
+// jitter returns d plus up to a quarter of d.
+func jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return d + rand.N(d/4+1)
+}
+
+func (c *Client) sleep(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+func (c *Client) onConnect(pc paho.Client) {
+	c.reconnects.Store(0)
+	c.mu.Lock()
+	c.conn = true
+	c.gen++
+	gen := c.gen
+	c.mu.Unlock()
+	c.log.Info().Str("broker", c.url.Redacted()).Str("client_id", ClientID(c.cfg.Device, c.cfg.Agent)).
+		Uint64("connection", gen).Msgf("mqtt: connected to %s", c.url.Redacted())
+	c.nudge()
+
+	subs := map[string]byte{c.topics.Tasks: 1}
+	if !c.cfg.NoFleet {
+		subs[c.topics.FleetShared] = 1
+	}
+	tok := pc.SubscribeMultiple(subs, nil)
+	if err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout); err != nil {
+		c.log.Warn().Err(err).Msg("mqtt: subscribing failed; it is retried at the next connection")
+	} else if st, ok := tok.(*paho.SubscribeToken); ok {
+		for topic, code := range st.Result() {
+			if code > 2 {
+				c.log.Error().Str("topic", topic).
+					Msgf("mqtt: the broker refused the subscription to %s (check its ACL for this user)", topic)
+			} else {
+				c.log.Info().Str("topic", topic).Msgf("mqtt: subscribed to %s", topic)
+			}
+		}
+	}
+	payload, _ := json.Marshal(c.status("online", ""))
+	if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, payload), c.cfg.PublishTimeout); err != nil {
+		c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
+	}
+}
+
+func (c *Client) onConnectionLost(_ paho.Client, err error) {
+	c.mu.Lock()
+	c.conn = false
+	c.mu.Unlock()
+	c.log.Warn().Err(err).Str("broker", c.url.Redacted()).
+		Msg("mqtt: connection to the broker lost; reconnecting (results are kept until delivered)")
+}
+
+// onReconnecting runs before each automatic reconnection attempt, after
+// paho's own exponential backoff; it adds jitter so that a fleet that lost
+// its hub at once does not return at once.
+func (c *Client) onReconnecting(paho.Client, *paho.ClientOptions) {
+	n := c.reconnects.Add(1)
+	est := min(time.Second<<min(n, 16), c.cfg.MaxReconnectInterval)
+	if !c.sleep(rand.N(est/4 + 1)) {
+		return
+	}
+	c.log.Debug().Int64("attempt", n).Msg("mqtt: reconnecting")
+}
+
+func (c *Client) connected() (bool, uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn, c.gen
+}
+
+func (c *Client) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// statusMsg is the retained payload of the status topic.
+type statusMsg struct {
+	State   string   `json:"state"` // online, offline
+	Device  string   `json:"device"`
+	Version string   `json:"version,omitempty"`
+	Agents  []string `json:"agents"`
+	Reason  string   `json:"reason,omitempty"`
+	Time    string   `json:"time,omitempty"` // RFC 3339, when it was published (not in the will)
+}
+
+func (c *Client) status(state, reason string) statusMsg {
+	s := statusMsg{State: state, Device: c.cfg.Device, Version: c.cfg.Version, Agents: c.cfg.Agents, Reason: reason}
+	if state == "online" {
+		s.Time = c.cfg.Now().UTC().Format(time.RFC3339)
+	}
+	return s
+}
+
+// Close publishes the results still waiting until ctx ends, marks the
+// device offline (retained), and disconnects. It is safe to call more than
+// once, and before Start.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		c.cancel()
+		return nil
+	}
+	c.flush(ctx)
+	if c.pc.IsConnectionOpen() {
+		payload, _ := json.Marshal(c.status("offline", "stopped"))
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, payload), 2*time.Second)
+		cancel()
+	}
+	c.stop()
+	return nil
+}
+
+// stop ends the goroutines and the connection.
+func (c *Client) stop() {
+	c.cancel()
+	c.wg.Wait()
+	c.pc.Disconnect(250)
+}
+
+// flush waits until every result handed over is confirmed, ctx ends, or the
+// broker is unreachable.
+func (c *Client) flush(ctx context.Context) {
+	for {
+		if c.waitingN.Load() == 0 {
+			return
+		}
+		if up, _ := c.connected(); !up {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// Interface guards.
+var _ agent.Outbox = (*Client)(nil)

@@ -1,0 +1,44 @@
+// Package mqtt is the device's task transport: a paho MQTT client that takes
+// tasks from a hub (or the embedded broker, transport/broker) into an
+// agent's runtime and publishes its results, progress and status.
+//
+// # Topics (prefix configurable, default "openstarry")
+//
+//	{prefix}/{device}/agents/{agent}/tasks      hub → agent   QoS 1  task JSON
+//	$share/{group}/{prefix}/fleet/tasks         hub → any     QoS 1  task JSON, load-balanced
+//	{prefix}/{device}/agents/{agent}/results    agent → hub   QoS 1  result JSON
+//	{prefix}/{device}/agents/{agent}/progress   agent → hub   QoS 0  progress JSON
+//	{prefix}/{device}/status                    device → hub  QoS 1  retained; last will "offline"
+//	{prefix}/{device}/deadletter                device → hub  QoS 1  a rejected message and why
+//
+// # Promises
+//
+//   - A task is acknowledged (PUBACK) only after Runtime.Submit returned
+//     without error, that is once the task is durable in the agent's
+//     snapshot, or was a duplicate of a task already there, or was
+//     dead-lettered. The session is persistent (CleanSession false, client
+//     id "openstarry-{device}-{agent}"), so a task the device never
+//     acknowledged is redelivered by the broker after a crash or a
+//     reconnect, and the runtime drops it if it had become durable after
+//     all (same task_id): a task is never lost and never run twice.
+//   - A message that is not a task (not JSON, no task_id, a bad id, a bad
+//     deadline, larger than the template's limits.max_task_bytes) is
+//     acknowledged, published to the dead letter topic with the reason,
+//     logged, and never stops the agent.
+//   - A result leaves the snapshot's outbox only after the broker
+//     acknowledged its publication (Runtime.Confirm after PUBACK). Results
+//     are published in the order they were produced; while the broker is
+//     unreachable they wait, in the outbox and in this client, and are
+//     published after the reconnection, oldest first, however long the
+//     link was down. A result may be published more than once (after a
+//     restart, or a lost PUBACK), never computed twice.
+//   - Startup fails with one error when the broker refuses the credentials
+//     or the TLS handshake fails (bad CA, bad client certificate): those do
+//     not heal by retrying. An unreachable broker is not an error: the
+//     client retries in the background with exponential backoff and jitter,
+//     up to Config.MaxReconnectInterval, and the agent keeps working.
+//   - Tasks are handed to the runtime concurrently, so that one save makes
+//     many of them durable (group commit). Tasks that arrive within one
+//     commit window may be queued in a different order than they were
+//     published; tasks further apart keep their order.
+package mqtt

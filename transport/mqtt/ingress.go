@@ -1,0 +1,170 @@
+package mqtt
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// maxDeadLetterPayload bounds the copy of a rejected payload in a dead
+// letter.
+const maxDeadLetterPayload = 4 << 10
+
+// onTask runs on paho's router goroutine for every message on a task topic,
+// in order. It decodes the task and hands it to a goroutine that makes it
+// durable and only then acknowledges it; it blocks only when
+// MaxPendingSubmits tasks are already in flight (backpressure).
+func (c *Client) onTask(_ paho.Client, m paho.Message) {
+	c.received.Add(1)
+	select {
+	case c.sem <- struct{}{}:
+	case <-c.ctx.Done():
+		return // not acknowledged: redelivered to the next session
+	}
+	task, err := agent.DecodeTask(m.Payload(), c.cfg.MaxTaskBytes)
+	if err != nil {
+		go c.reject(m, err)
+		return
+	}
+	ev, err := agent.TaskEvent(task, "mqtt", c.cfg.Now().UnixMilli())
+	if err != nil {
+		go c.reject(m, &agent.TaskError{Code: agent.CodeBadJSON, Msg: err.Error()})
+		return
+	}
+	go c.submit(m, ev)
+}
+
+// submit makes one task durable, then acknowledges it. A full queue is
+// waited out with the message unacknowledged (the broker holds back what
+// follows); any other failure leaves it unacknowledged for the broker to
+// redeliver to the next session.
+func (c *Client) submit(m paho.Message, ev agent.Event) {
+	defer func() { <-c.sem }()
+	wait := 20 * time.Millisecond
+	for {
+		res := c.rt.Submit(c.ctx, ev)
+		switch {
+		case res.Err == nil:
+			if res.Duplicate {
+				c.duplicates.Add(1)
+				c.log.Info().Str("task", ev.ID).Str("topic", m.Topic()).Str("state", res.State.Status).
+					Msg("mqtt: duplicate task acknowledged, not run again")
+				c.republish(res.State)
+			} else {
+				c.accepted.Add(1)
+				c.log.Debug().Str("task", ev.ID).Str("topic", m.Topic()).Msg("mqtt: task durable, acknowledged")
+			}
+			m.Ack()
+			return
+		case errors.Is(res.Err, agent.ErrQueueFull):
+			now := time.Now().Unix()
+			if last := c.queueFullLogged.Load(); now-last >= 10 && c.queueFullLogged.CompareAndSwap(last, now) {
+				c.log.Warn().Err(res.Err).Msg("mqtt: the agent's queue is full; tasks stay unacknowledged at the broker until it drains")
+			}
+			if !c.sleep(wait) {
+				return
+			}
+			wait = min(wait*2, 2*time.Second)
+		case c.ctx.Err() != nil:
+			return
+		default:
+			c.log.Warn().Err(res.Err).Str("task", ev.ID).
+				Msg("mqtt: task not durable, not acknowledged; the broker redelivers it to the next session")
+			return
+		}
+	}
+}
+
+// republish publishes the known result of a duplicate task again, so that
+// a hub that lost it, or a sender waiting for it, gets it without the task
+// running twice. Tasks still queued or running publish theirs when they end.
+func (c *Client) republish(st agent.TaskState) {
+	switch st.Status {
+	case agent.ResultDone, agent.ResultFailed, agent.ResultUnknownOutcome:
+	default:
+		return
+	}
+	out := st.Output
+	if len(out) == 0 {
+		out = json.RawMessage("null")
+	}
+	agentID := st.AgentID
+	if agentID == "" {
+		agentID = c.cfg.Agent
+	}
+	body, err := json.Marshal(resultMsg{TaskID: st.TaskID, AgentID: agentID, Status: st.Status, Output: out,
+		Error: st.Error, TickIndex: st.TickIndex})
+	if err == nil {
+		c.pc.Publish(c.topics.Results, 1, false, body)
+	}
+}
+
+// deadLetter is the payload of the dead letter topic.
+type deadLetter struct {
+	Reason          string `json:"reason"`
+	Code            string `json:"code"`
+	Topic           string `json:"topic"`
+	Payload         string `json:"payload"`
+	PayloadEncoding string `json:"payload_encoding"` // utf-8 or base64
+	PayloadBytes    int    `json:"payload_bytes"`    // size of the whole original payload
+	Truncated       bool   `json:"truncated,omitempty"`
+	Device          string `json:"device"`
+	Agent           string `json:"agent"`
+	Time            string `json:"time"` // RFC 3339
+}
+
+// reject publishes a message that is not a task to the dead letter topic
+// and acknowledges it.
+func (c *Client) reject(m paho.Message, err error) {
+	defer func() { <-c.sem }()
+	code := agent.CodeBadJSON
+	var te *agent.TaskError
+	if errors.As(err, &te) {
+		code = te.Code
+	}
+	p := m.Payload()
+	dl := deadLetter{Reason: err.Error(), Code: code, Topic: m.Topic(), PayloadBytes: len(p),
+		Device: c.cfg.Device, Agent: c.cfg.Agent, Time: c.cfg.Now().UTC().Format(time.RFC3339)}
+	if len(p) > maxDeadLetterPayload {
+		p, dl.Truncated = p[:maxDeadLetterPayload], true
+	}
+	if utf8.Valid(p) || dl.Truncated && utf8.Valid(trimPartialRune(p)) {
+		dl.Payload, dl.PayloadEncoding = string(trimPartialRune(p)), "utf-8"
+	} else {
+		dl.Payload, dl.PayloadEncoding = base64.StdEncoding.EncodeToString(p), "base64"
+	}
+	c.deadLettered.Add(1)
+	c.log.Warn().Str("code", code).Str("topic", m.Topic()).Int("bytes", len(m.Payload())).Str("reason", dl.Reason).
+		Msgf("mqtt: message rejected to %s", c.topics.DeadLetter)
+	body, _ := json.Marshal(dl)
+	if err := waitToken(c.ctx, c.pc.Publish(c.topics.DeadLetter, 1, false, body), c.cfg.PublishTimeout); err != nil {
+		c.log.Warn().Err(err).Msg("mqtt: publishing a dead letter failed; the message is acknowledged anyway")
+	}
+	m.Ack()
+}
+
+// trimPartialRune drops a rune cut in two at the end of p.
+func trimPartialRune(p []byte) []byte {
+	for i := 0; i < utf8.UTFMax && len(p) > 0; i++ {
+		r, size := utf8.DecodeLastRune(p)
+		if r != utf8.RuneError || size > 1 {
+			return p
+		}
+		p = p[:len(p)-1]
+	}
+	return p
+}
+
+// onOther receives messages on topics the client did not route (a stale
+// subscription of the persistent session); they are acknowledged and
+// ignored.
+func (c *Client) onOther(_ paho.Client, m paho.Message) {
+	c.log.Warn().Str("topic", m.Topic()).Msg("mqtt: message on an unexpected topic acknowledged and ignored")
+	m.Ack()
+}

@@ -1,0 +1,503 @@
+package mqtt_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/brain"
+	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/storage/bbolt"
+	"github.com/openstarry/openstarry-edge/transport/broker"
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+const device = "dev1"
+
+func testLog(t testing.TB) zerolog.Logger {
+	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+}
+
+// agentUnderTest is a runtime on a real bbolt store wired to a Client.
+type agentUnderTest struct {
+	id     string
+	dir    string
+	rt     *agent.Runtime
+	client *mqtt.Client
+	store  *bbolt.Store
+}
+
+type agentOpts struct {
+	id        string
+	dir       string
+	brokerURL string
+	cfg       func(*mqtt.Config)
+	maxQueue  int
+}
+
+// startAgent starts a runtime and its MQTT client; the test's cleanup stops
+// both.
+func startAgent(t testing.TB, o agentOpts) *agentUnderTest {
+	t.Helper()
+	if o.id == "" {
+		o.id = "a1"
+	}
+	if o.dir == "" {
+		o.dir = t.TempDir()
+	}
+	cfg := mqtt.Config{Broker: o.brokerURL, Device: device, Agent: o.id, Version: "test", Log: testLog(t),
+		MaxReconnectInterval: 2 * time.Second, MaxTaskBytes: 256 << 10}
+	if o.cfg != nil {
+		o.cfg(&cfg)
+	}
+	c, err := mqtt.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := bbolt.Open(filepath.Join(o.dir, "agents"), bbolt.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := brain.New(design.Brain{Provider: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, err := agent.Start(context.Background(), agent.Config{
+		AgentID: o.id, Store: st, Brain: b, Tools: []string{"file_append", "sleep_ms"},
+		ArtifactsDir: filepath.Join(o.dir, "artifacts"), Outbox: c, OnProgress: c.Progress,
+		MaxQueue: o.maxQueue, Log: testLog(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agentUnderTest{id: o.id, dir: o.dir, rt: rt, client: c, store: st}
+	if err := c.Start(context.Background(), rt); err != nil {
+		a.stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(a.stop)
+	return a
+}
+
+var stopMu sync.Mutex
+
+func (a *agentUnderTest) stop() {
+	stopMu.Lock()
+	defer stopMu.Unlock()
+	_ = a.rt.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	_ = a.client.Close(ctx)
+	cancel()
+	_ = a.store.Close()
+}
+
+func (a *agentUnderTest) lines(t testing.TB, name string) []string {
+	data, err := os.ReadFile(filepath.Join(a.dir, "artifacts", name))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+// brokers runs f against a real Mosquitto and against the embedded broker.
+func brokers(t *testing.T, f func(t *testing.T, url string)) {
+	t.Run("mosquitto", func(t *testing.T) {
+		m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+		f(t, m.URL())
+	})
+	t.Run("embedded", func(t *testing.T) {
+		b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: testLog(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		f(t, b.URL())
+	})
+}
+
+type result struct {
+	TaskID    string          `json:"task_id"`
+	AgentID   string          `json:"agent_id"`
+	Status    string          `json:"status"`
+	Output    json.RawMessage `json:"output"`
+	Error     string          `json:"error"`
+	TickIndex uint64          `json:"tick_index"`
+}
+
+func results(t testing.TB, c *mqtttest.Collector, filter string) map[string][]result {
+	t.Helper()
+	out := map[string][]result{}
+	for _, m := range c.Messages(filter) {
+		var r result
+		if err := json.Unmarshal(m.Payload, &r); err != nil {
+			t.Fatalf("result is not JSON: %s", m.Payload)
+		}
+		out[r.TaskID] = append(out[r.TaskID], r)
+	}
+	return out
+}
+
+func task(id string, input any) []byte {
+	b, _ := json.Marshal(map[string]any{"task_id": id, "type": "test", "input": input})
+	return b
+}
+
+func sleepTask(id string, ms int) []byte {
+	return task(id, map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": ms}}}})
+}
+
+func appendTask(id string) []byte {
+	return task(id, map[string]any{"call": []map[string]any{{"tool": "file_append", "args": map[string]string{"file": "out.txt", "line": id}}}})
+}
+
+func publisher(t testing.TB, url string) paho.Client {
+	t.Helper()
+	pc := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID(fmt.Sprintf("pub-%d", time.Now().UnixNano())).
+		SetCleanSession(true).SetProtocolVersion(4).SetAutoReconnect(true).SetConnectRetry(true).
+		SetConnectRetryInterval(200 * time.Millisecond).SetMaxReconnectInterval(time.Second))
+	if tok := pc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatalf("publisher connect: %v", tok.Error())
+	}
+	t.Cleanup(func() { pc.Disconnect(50) })
+	return pc
+}
+
+func TestMQTTTaskResultAndProgress(t *testing.T) {
+	brokers(t, func(t *testing.T, url string) {
+		a := startAgent(t, agentOpts{brokerURL: url})
+		tp := a.client.Topics()
+		col := mqtttest.Collect(t, url, "observer", true, "openstarry/#")
+		pub := publisher(t, url)
+
+		mqtttest.Publish(t, pub, tp.Tasks, task("t1", "hello"))
+		mqtttest.Publish(t, pub, tp.Tasks, sleepTask("t2", 10))
+		mqtttest.WaitFor(t, 10*time.Second, "two results", func() bool { return len(results(t, col, tp.Results)) == 2 })
+		rs := results(t, col, tp.Results)
+		if r := rs["t1"][0]; r.Status != "done" || string(r.Output) != `"hello"` || r.AgentID != "a1" || r.TickIndex == 0 {
+			t.Errorf("t1 result: %+v", r)
+		}
+		if r := rs["t2"][0]; r.Status != "done" || !strings.Contains(string(r.Output), "slept_ms") {
+			t.Errorf("t2 result: %+v", r)
+		}
+		mqtttest.WaitFor(t, 5*time.Second, "progress", func() bool {
+			for _, m := range col.Messages(tp.Progress) {
+				var p struct {
+					TaskID  string `json:"task_id"`
+					Percent *int   `json:"progress_percent"`
+					Phase   string `json:"phase"`
+				}
+				if json.Unmarshal(m.Payload, &p) == nil && p.TaskID == "t2" && p.Percent != nil && p.Phase == "tool:sleep_ms" {
+					return true
+				}
+			}
+			return false
+		})
+		// Confirmed results leave the outbox.
+		mqtttest.WaitFor(t, 5*time.Second, "an empty outbox", func() bool {
+			s, err := a.rt.Snapshot(context.Background())
+			return err == nil && len(s.Outbox) == 0
+		})
+		// The status is online and retained.
+		late := mqtttest.Collect(t, url, "late", true, tp.Status)
+		mqtttest.WaitFor(t, 5*time.Second, "retained online status", func() bool {
+			for _, m := range late.Messages(tp.Status) {
+				if m.Retained && strings.Contains(string(m.Payload), `"state":"online"`) && strings.Contains(string(m.Payload), `"agents":["a1"]`) {
+					return true
+				}
+			}
+			return false
+		})
+		if st := a.client.Stats(); st.Accepted != 2 || st.Published < 2 {
+			t.Errorf("stats %+v", st)
+		}
+		// A clean stop marks the device offline (retained).
+		a.stop()
+		mqtttest.WaitFor(t, 5*time.Second, "offline status", func() bool {
+			ms := late.Messages(tp.Status)
+			return len(ms) > 0 && strings.Contains(string(ms[len(ms)-1].Payload), `"state":"offline"`)
+		})
+	})
+}
+
+func TestMQTTDeadLetters(t *testing.T) {
+	brokers(t, func(t *testing.T, url string) {
+		a := startAgent(t, agentOpts{brokerURL: url})
+		tp := a.client.Topics()
+		col := mqtttest.Collect(t, url, "observer", true, tp.DeadLetter, tp.Results)
+		pub := publisher(t, url)
+
+		big := task("big", strings.Repeat("x", 1<<20))
+		for _, p := range [][]byte{[]byte("{not json"), []byte(`{"type":"x","input":"no id"}`), big, []byte{0xff, 0xfe, 0x00}} {
+			mqtttest.Publish(t, pub, tp.Tasks, p)
+		}
+		mqtttest.Publish(t, pub, tp.Tasks, task("after", "still serving"))
+		mqtttest.WaitFor(t, 10*time.Second, "the next task's result", func() bool { return len(results(t, col, tp.Results)["after"]) > 0 })
+		mqtttest.WaitFor(t, 10*time.Second, "four dead letters", func() bool { return len(col.Messages(tp.DeadLetter)) == 4 })
+		codes := map[string]map[string]any{}
+		for _, m := range col.Messages(tp.DeadLetter) {
+			var dl map[string]any
+			if err := json.Unmarshal(m.Payload, &dl); err != nil {
+				t.Fatalf("dead letter is not JSON: %s", m.Payload)
+			}
+			codes[dl["code"].(string)+fmt.Sprint(dl["payload_encoding"])] = dl
+			if dl["reason"] == "" || dl["topic"] != tp.Tasks {
+				t.Errorf("dead letter without reason or topic: %v", dl)
+			}
+		}
+		for _, want := range []string{"bad_jsonutf-8", "missing_task_idutf-8", "too_largeutf-8", "bad_jsonbase64"} {
+			if codes[want] == nil {
+				t.Errorf("no dead letter %s among %v", want, codes)
+			}
+		}
+		if dl := codes["too_largeutf-8"]; dl != nil {
+			if dl["truncated"] != true || dl["payload_bytes"].(float64) != float64(len(big)) || len(dl["payload"].(string)) > 4096 {
+				t.Errorf("oversized dead letter: truncated=%v bytes=%v len=%d", dl["truncated"], dl["payload_bytes"], len(dl["payload"].(string)))
+			}
+		}
+		if st := a.client.Stats(); st.DeadLettered != 4 || st.Accepted != 1 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+func TestMQTTDuplicateRunsOnce(t *testing.T) {
+	brokers(t, func(t *testing.T, url string) {
+		a := startAgent(t, agentOpts{brokerURL: url})
+		tp := a.client.Topics()
+		col := mqtttest.Collect(t, url, "observer", true, tp.Results)
+		pub := publisher(t, url)
+		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
+		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
+		mqtttest.WaitFor(t, 10*time.Second, "the result", func() bool { return len(results(t, col, tp.Results)["dup"]) > 0 })
+		// Again once it is done: acknowledged, not run, its result published again.
+		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
+		mqtttest.WaitFor(t, 10*time.Second, "the republished result", func() bool { return len(results(t, col, tp.Results)["dup"]) >= 2 })
+		time.Sleep(200 * time.Millisecond)
+		if got := a.lines(t, "out.txt"); len(got) != 1 {
+			t.Fatalf("the task ran %d times: %v", len(got), got)
+		}
+		ticks := map[uint64]bool{}
+		for _, r := range results(t, col, tp.Results)["dup"] {
+			ticks[r.TickIndex] = true
+		}
+		if len(ticks) != 1 {
+			t.Fatalf("results of more than one run: %v", ticks)
+		}
+		if st := a.client.Stats(); st.Accepted != 1 || st.Duplicates != 2 {
+			t.Errorf("stats %+v", st)
+		}
+	})
+}
+
+// TestMQTTBrokerRestart: the broker goes away while tasks run; their
+// results wait and are all delivered after the reconnection, none lost.
+func TestMQTTBrokerRestart(t *testing.T) {
+	const n = 20
+	run := func(t *testing.T, url string, down, up func()) {
+		a := startAgent(t, agentOpts{brokerURL: url})
+		tp := a.client.Topics()
+		col := mqtttest.Collect(t, url, "observer-"+t.Name(), false, tp.Results)
+		pub := publisher(t, url)
+		for i := range n {
+			mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("r%02d", i), 40))
+		}
+		mqtttest.WaitFor(t, 10*time.Second, "all tasks durable", func() bool { return a.client.Stats().Accepted == n })
+		down()
+		time.Sleep(500 * time.Millisecond) // results pile up meanwhile
+		up()
+		for i := n; i < n+5; i++ {
+			mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("r%02d", i), 1))
+		}
+		mqtttest.WaitFor(t, 30*time.Second, "every result", func() bool { return len(results(t, col, tp.Results)) == n+5 })
+		mqtttest.WaitFor(t, 10*time.Second, "an empty outbox", func() bool {
+			s, err := a.rt.Snapshot(context.Background())
+			return err == nil && len(s.Outbox) == 0
+		})
+		for id, rs := range results(t, col, tp.Results) {
+			ticks := map[uint64]bool{}
+			for _, r := range rs {
+				ticks[r.TickIndex] = true
+			}
+			if len(ticks) != 1 {
+				t.Errorf("task %s ran more than once: %v", id, rs)
+			}
+		}
+	}
+	t.Run("mosquitto", func(t *testing.T) {
+		m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+		run(t, m.URL(), m.Kill, m.Start)
+	})
+	t.Run("embedded", func(t *testing.T) {
+		dir := t.TempDir()
+		start := func(listen string) *broker.Broker {
+			b, err := broker.Start(context.Background(), broker.Config{Listen: listen, DataDir: dir, Log: testLog(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		b := start("127.0.0.1:0")
+		addr := b.Addr().String()
+		t.Cleanup(func() { b.Close() })
+		run(t, b.URL(), func() { b.Close() }, func() {
+			b = start(addr)
+		})
+	})
+}
+
+// TestMQTTResultsWaitForTheBroker: results produced while the broker was
+// never reachable are delivered, in order, once it appears.
+func TestMQTTResultsWaitForTheBroker(t *testing.T) {
+	port := mqtttest.FreePort(t)
+	url := fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	a := startAgent(t, agentOpts{brokerURL: url})
+	for i := range 5 {
+		ev, _ := agent.TaskEvent(&agent.Task{TaskID: fmt.Sprintf("h%d", i), Input: json.RawMessage(`"x"`)}, "http", 0)
+		if res := a.rt.Submit(context.Background(), ev); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	mqtttest.WaitFor(t, 5*time.Second, "five results in the outbox", func() bool {
+		s, _ := a.rt.Snapshot(context.Background())
+		return s != nil && len(s.Outbox) == 5
+	})
+	b, err := broker.Start(context.Background(), broker.Config{Listen: fmt.Sprintf("127.0.0.1:%d", port), Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	// A persistent observer session exists before the agent connects: the
+	// broker must not drop what the agent publishes right after connecting.
+	col := mqtttest.Collect(t, url, "observer", false, a.client.Topics().Results)
+	mqtttest.WaitFor(t, 20*time.Second, "five results", func() bool { return len(col.Messages("")) >= 5 })
+	var order []string
+	for _, m := range col.Messages("")[:5] {
+		var r result
+		_ = json.Unmarshal(m.Payload, &r)
+		order = append(order, r.TaskID)
+	}
+	if strings.Join(order, ",") != "h0,h1,h2,h3,h4" {
+		t.Errorf("results out of order: %v", order)
+	}
+	mqtttest.WaitFor(t, 5*time.Second, "an empty outbox", func() bool {
+		s, _ := a.rt.Snapshot(context.Background())
+		return s != nil && len(s.Outbox) == 0
+	})
+}
+
+func TestMQTTStartErrors(t *testing.T) {
+	dir := t.TempDir()
+	pw := mqtttest.PasswordFile(t, dir, map[string]string{"dev1": "right"})
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{PasswordFile: pw})
+	start := func(cfg mqtt.Config) error {
+		cfg.Device, cfg.Agent, cfg.Log = device, "a1", testLog(t)
+		c, err := mqtt.New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close(context.Background())
+		return c.Start(context.Background(), nopRuntime{})
+	}
+	err := start(mqtt.Config{Broker: m.URL(), Username: "dev1", Password: "wrong"})
+	if !errors.Is(err, mqtt.ErrBadCredentials) && !errors.Is(err, mqtt.ErrNotAuthorized) {
+		t.Errorf("wrong password: %v", err)
+	}
+	if err := start(mqtt.Config{Broker: m.URL(), Username: "dev1", Password: "right"}); err != nil {
+		t.Errorf("right password: %v", err)
+	}
+
+	certs := mqtttest.WriteCerts(t, dir, "good")
+	other := mqtttest.WriteCerts(t, dir, "other")
+	tm := mqtttest.StartMosquitto(t, mqtttest.Options{TLS: &certs})
+	if err := start(mqtt.Config{Broker: tm.URL(), CAFile: other.CA}); !errors.Is(err, mqtt.ErrTLS) {
+		t.Errorf("unknown CA: %v", err)
+	}
+	if err := start(mqtt.Config{Broker: tm.URL(), CAFile: certs.CA}); err != nil {
+		t.Errorf("right CA: %v", err)
+	}
+
+	// Configuration errors come from New.
+	for _, cfg := range []mqtt.Config{
+		{Broker: "http://x", Device: device, Agent: "a"},
+		{Broker: "tcp://x", Device: "bad/dev", Agent: "a"},
+		{Broker: "tcp://x", Device: device, Agent: "a", TopicPrefix: "a/#"},
+		{Broker: "tcp://x", Device: device, Agent: "a", CAFile: certs.CA},
+		{Broker: "ssl://x", Device: device, Agent: "a", CAFile: filepath.Join(dir, "missing.pem")},
+		{Broker: "ssl://x", Device: device, Agent: "a", CertFile: certs.Cert},
+	} {
+		if _, err := mqtt.New(cfg); err == nil {
+			t.Errorf("New accepted %+v", cfg)
+		}
+	}
+}
+
+type nopRuntime struct{}
+
+func (nopRuntime) Submit(context.Context, agent.Event) agent.SubmitResult {
+	return agent.SubmitResult{}
+}
+func (nopRuntime) Confirm(uint64) {}
+
+func TestMQTTParseBrokerURL(t *testing.T) {
+	for raw, want := range map[string]string{
+		"tcp://h":          "tcp://h:1883",
+		"mqtt://h:1884":    "mqtt://h:1884",
+		"ssl://h":          "ssl://h:8883",
+		"mqtts://10.0.0.1": "mqtts://10.0.0.1:8883",
+		"tcp://[::1]":      "tcp://[::1]:1883",
+	} {
+		u, _, err := mqtt.ParseBrokerURL(raw)
+		if err != nil || u.String() != want {
+			t.Errorf("ParseBrokerURL(%s) = %v, %v; want %s", raw, u, err, want)
+		}
+	}
+	for _, raw := range []string{"", "h:1883", "ws://h", "tcp://", "tcp://h/path"} {
+		if _, _, err := mqtt.ParseBrokerURL(raw); err == nil {
+			t.Errorf("ParseBrokerURL(%q) accepted", raw)
+		}
+	}
+}
+
+func TestMQTTSendTask(t *testing.T) {
+	b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	startAgent(t, agentOpts{brokerURL: b.URL()})
+	o := mqtt.SendOptions{Broker: b.URL(), Device: device, Agent: "a1", Wait: true, Timeout: 10 * time.Second}
+	res, err := mqtt.SendTask(context.Background(), o, task("s1", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r result
+	if json.Unmarshal(res, &r) != nil || r.TaskID != "s1" || string(r.Output) != `"hi"` {
+		t.Fatalf("result %s", res)
+	}
+	// The same id again: not run twice, its result comes back.
+	res, err = mqtt.SendTask(context.Background(), o, task("s1", "hi"))
+	if err != nil || !strings.Contains(string(res), `"task_id":"s1"`) {
+		t.Fatalf("resend: %s %v", res, err)
+	}
+	o.Fleet, o.Agent = true, ""
+	if res, err = mqtt.SendTask(context.Background(), o, task("s2", "fleet")); err != nil || !strings.Contains(string(res), `"fleet"`) {
+		t.Fatalf("fleet: %s %v", res, err)
+	}
+	o.Timeout = 300 * time.Millisecond
+	o.Fleet, o.Agent = false, "nobody"
+	if _, err := mqtt.SendTask(context.Background(), o, task("s3", "x")); !errors.Is(err, mqtt.ErrNoResult) {
+		t.Fatalf("no agent: %v", err)
+	}
+}

@@ -1,0 +1,404 @@
+// Package mqtttest runs a real Mosquitto for tests and gives them an MQTT
+// client that records what it receives.
+//
+// Tests that need Mosquitto fail when it is not installed (CI installs it
+// through .ci/run); set OPENSTARRY_SKIP_MOSQUITTO=1 to skip them instead.
+package mqtttest
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+)
+
+// Binary returns the path of a Mosquitto tool (mosquitto, mosquitto_passwd),
+// failing the test when it is missing, or skipping it when
+// OPENSTARRY_SKIP_MOSQUITTO=1.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, dir := range []string{"/usr/sbin", "/usr/local/sbin", "/usr/bin", "/opt/homebrew/sbin"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("OPENSTARRY_SKIP_MOSQUITTO") == "1" {
+		t.Skipf("%s is not installed and OPENSTARRY_SKIP_MOSQUITTO=1", name)
+	}
+	t.Fatalf("%s is not installed (apt-get install mosquitto mosquitto-clients); set OPENSTARRY_SKIP_MOSQUITTO=1 to skip this test", name)
+	return ""
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// Options configure a Mosquitto.
+type Options struct {
+	// NoPersistence turns persistence off (the default is on, saved after
+	// every change so that a SIGKILL loses nothing acknowledged).
+	NoPersistence bool
+	// PasswordFile, when set, turns anonymous access off.
+	PasswordFile string
+	// TLS, when set, makes the listener TLS with these PEM files.
+	TLS *TLSFiles
+	// Extra lines for mosquitto.conf.
+	Extra []string
+}
+
+// TLSFiles are the PEM files of a TLS setup.
+type TLSFiles struct {
+	CA, Cert, Key string
+}
+
+// Mosquitto is a broker process of a test.
+type Mosquitto struct {
+	t    testing.TB
+	bin  string
+	Dir  string
+	Port int
+	conf string
+
+	mu   sync.Mutex // guards cmd, done, log
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  bytes.Buffer
+}
+
+// StartMosquitto writes a mosquitto.conf in a temporary directory and runs
+// Mosquitto on a free loopback port until the test ends.
+func StartMosquitto(t testing.TB, o Options) *Mosquitto {
+	t.Helper()
+	return StartMosquittoOnPort(t, FreePort(t), o)
+}
+
+// StartMosquittoOnPort is StartMosquitto on a given port.
+func StartMosquittoOnPort(t testing.TB, port int, o Options) *Mosquitto {
+	t.Helper()
+	m := &Mosquitto{t: t, bin: Binary(t, "mosquitto"), Dir: t.TempDir(), Port: port}
+	lines := []string{
+		fmt.Sprintf("listener %d 127.0.0.1", m.Port),
+		"max_queued_messages 0",
+		"max_inflight_messages 0",
+		"log_dest stderr",
+		"log_type error",
+		"log_type warning",
+		"log_type notice",
+		"log_type information",
+		"connection_messages true",
+	}
+	if o.PasswordFile != "" {
+		lines = append(lines, "allow_anonymous false", "password_file "+o.PasswordFile)
+	} else {
+		lines = append(lines, "allow_anonymous true")
+	}
+	if o.NoPersistence {
+		lines = append(lines, "persistence false")
+	} else {
+		lines = append(lines, "persistence true", "persistence_location "+m.Dir+"/",
+			"autosave_interval 1", "autosave_on_changes true")
+	}
+	if o.TLS != nil {
+		lines = append(lines, "cafile "+o.TLS.CA, "certfile "+o.TLS.Cert, "keyfile "+o.TLS.Key, "tls_version tlsv1.2")
+	}
+	if os.Getuid() == 0 {
+		lines = append(lines, "user root") // else Mosquitto drops to "mosquitto", who cannot write Dir
+	}
+	lines = append(lines, o.Extra...)
+	m.conf = filepath.Join(m.Dir, "mosquitto.conf")
+	if err := os.WriteFile(m.conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m.Start()
+	t.Cleanup(m.Kill)
+	return m
+}
+
+// URL is tcp://127.0.0.1:PORT (ssl:// with TLS).
+func (m *Mosquitto) URL() string {
+	data, _ := os.ReadFile(m.conf)
+	if strings.Contains(string(data), "certfile ") {
+		return "ssl://127.0.0.1:" + strconv.Itoa(m.Port)
+	}
+	return "tcp://127.0.0.1:" + strconv.Itoa(m.Port)
+}
+
+// Start runs the broker (again) and waits until it accepts connections.
+func (m *Mosquitto) Start() {
+	m.t.Helper()
+	cmd := exec.Command(m.bin, "-c", m.conf)
+	m.mu.Lock()
+	cmd.Stdout = &lockedWriter{m: &m.mu, b: &m.log}
+	cmd.Stderr = cmd.Stdout
+	m.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		m.t.Fatalf("mosquitto: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(m.Port), time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		select {
+		case <-done:
+			m.t.Fatalf("mosquitto exited at start:\n%s", m.Logs())
+		default:
+		}
+		if time.Now().After(deadline) {
+			m.t.Fatalf("mosquitto does not listen on %d:\n%s", m.Port, m.Logs())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Kill SIGKILLs the broker and waits for it to exit.
+func (m *Mosquitto) Kill() { m.signal(syscall.SIGKILL) }
+
+// Stop SIGTERMs the broker (it saves its persistence file) and waits.
+func (m *Mosquitto) Stop() { m.signal(syscall.SIGTERM) }
+
+func (m *Mosquitto) signal(sig syscall.Signal) {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(sig)
+	<-done
+}
+
+// Logs returns what the broker logged.
+func (m *Mosquitto) Logs() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.log.String()
+}
+
+type lockedWriter struct {
+	m *sync.Mutex
+	b *bytes.Buffer
+}
+
+func (w *lockedWriter) Write(p []byte) (int, error) {
+	w.m.Lock()
+	defer w.m.Unlock()
+	return w.b.Write(p)
+}
+
+// PasswordFile makes a Mosquitto password file with mosquitto_passwd and
+// returns its path.
+func PasswordFile(t testing.TB, dir string, users map[string]string) string {
+	t.Helper()
+	bin := Binary(t, "mosquitto_passwd")
+	path := filepath.Join(dir, "passwd")
+	first := true
+	for u, p := range users {
+		args := []string{"-b", path, u, p}
+		if first {
+			args = append([]string{"-c"}, args...)
+			first = false
+		}
+		if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+			t.Fatalf("mosquitto_passwd: %v\n%s", err, out)
+		}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// WriteCerts writes a CA and a server certificate for 127.0.0.1 and
+// localhost signed by it into dir.
+func WriteCerts(t testing.TB, dir, name string) TLSFiles {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: name + " test CA"},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(24 * time.Hour),
+		IsCA:                  true,
+		KeyUsage:              x509.KeyUsageCertSign,
+		BasicConstraintsValid: true,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "127.0.0.1"},
+		NotBefore:    time.Now().Add(-time.Hour),
+		NotAfter:     time.Now().Add(24 * time.Hour),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		DNSNames:     []string{"localhost"},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(key)
+	f := TLSFiles{
+		CA:   filepath.Join(dir, name+"-ca.pem"),
+		Cert: filepath.Join(dir, name+"-cert.pem"),
+		Key:  filepath.Join(dir, name+"-key.pem"),
+	}
+	write := func(path, typ string, b []byte) {
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(f.CA, "CERTIFICATE", caDER)
+	write(f.Cert, "CERTIFICATE", der)
+	write(f.Key, "EC PRIVATE KEY", keyDER)
+	return f
+}
+
+// Message is one message a Collector received.
+type Message struct {
+	Topic    string
+	Payload  []byte
+	Retained bool
+}
+
+// Collector is an MQTT client that records every message on its
+// subscriptions (QoS 1), subscribing again after each reconnection.
+type Collector struct {
+	Client paho.Client
+
+	mu   sync.Mutex // guards msgs
+	msgs []Message
+}
+
+// Collect connects a collector to url; clean false gives it a persistent
+// session under clientID.
+func Collect(t testing.TB, url, clientID string, clean bool, filters ...string) *Collector {
+	t.Helper()
+	c := &Collector{}
+	subs := map[string]byte{}
+	for _, f := range filters {
+		subs[f] = 1
+	}
+	subscribed := make(chan error, 1)
+	o := paho.NewClientOptions().AddBroker(url).SetClientID(clientID).SetCleanSession(clean).
+		SetProtocolVersion(4).SetAutoReconnect(true).SetMaxReconnectInterval(time.Second).
+		SetConnectRetry(true).SetConnectRetryInterval(200 * time.Millisecond).SetOrderMatters(true).
+		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
+			c.mu.Lock()
+			c.msgs = append(c.msgs, Message{Topic: m.Topic(), Payload: append([]byte(nil), m.Payload()...), Retained: m.Retained()})
+			c.mu.Unlock()
+		}).
+		SetOnConnectHandler(func(pc paho.Client) {
+			tok := pc.SubscribeMultiple(subs, nil)
+			tok.Wait()
+			select {
+			case subscribed <- tok.Error():
+			default:
+			}
+		})
+	c.Client = paho.NewClient(o)
+	c.Client.Connect()
+	select {
+	case err := <-subscribed:
+		if err != nil {
+			t.Fatalf("collector subscribe: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("collector did not connect to %s", url)
+	}
+	t.Cleanup(func() { c.Client.Disconnect(50) })
+	return c
+}
+
+// Messages returns what arrived on topics matching filter ("" for all).
+func (c *Collector) Messages(filter string) []Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []Message
+	for _, m := range c.msgs {
+		if filter == "" || Match(filter, m.Topic) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// WaitFor polls cond until it holds or the timeout passes.
+func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Match reports whether topic matches an MQTT filter.
+func Match(filter, topic string) bool {
+	f := strings.Split(filter, "/")
+	tp := strings.Split(topic, "/")
+	for i, p := range f {
+		if p == "#" {
+			return true
+		}
+		if i >= len(tp) || (p != "+" && p != tp[i]) {
+			return false
+		}
+	}
+	return len(f) == len(tp)
+}
+
+// Publish publishes one QoS 1 message and waits for its PUBACK.
+func Publish(t testing.TB, pc paho.Client, topic string, payload []byte) {
+	t.Helper()
+	tok := pc.Publish(topic, 1, false, payload)
+	if !tok.WaitTimeout(10 * time.Second) {
+		t.Fatalf("publish to %s: no PUBACK in 10s", topic)
+	}
+	if err := tok.Error(); err != nil {
+		t.Fatalf("publish to %s: %v", topic, err)
+	}
+}

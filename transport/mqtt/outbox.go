@@ -1,0 +1,201 @@
+package mqtt
+
+import (
+	"encoding/json"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// publishWindow bounds the results published and not yet acknowledged.
+const publishWindow = 256
+
+// resultMsg is the payload of the results topic.
+type resultMsg struct {
+	TaskID    string          `json:"task_id"`
+	AgentID   string          `json:"agent_id"`
+	Status    string          `json:"status"`
+	Output    json.RawMessage `json:"output"`
+	Error     string          `json:"error"`
+	TickIndex uint64          `json:"tick_index"`
+}
+
+// pending is one result on its way to the broker. Only the publisher
+// goroutine touches it once it left Client.incoming.
+type pending struct {
+	seq     uint64
+	taskID  string
+	payload []byte
+	tok     paho.Token // nil: (re)publish when connected
+	sentAt  time.Time
+	retryAt time.Time // after a failed publication: not before this
+}
+
+// Deliver takes results that are durable in the snapshot's outbox (it is
+// the runtime's agent.Outbox). It never blocks: the results wait in order
+// for the publisher goroutine, which publishes them whenever the broker is
+// reachable and confirms each to the runtime after its PUBACK.
+func (c *Client) Deliver(results []agent.Result) {
+	if len(results) == 0 {
+		return
+	}
+	ps := make([]*pending, 0, len(results))
+	c.mu.Lock()
+	for _, r := range results {
+		if c.anySeq && r.Seq <= c.lastSeq {
+			continue // handed over already
+		}
+		c.lastSeq, c.anySeq = r.Seq, true
+		out := r.Output
+		if len(out) == 0 {
+			out = json.RawMessage("null")
+		}
+		payload, err := json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: r.Status,
+			Output: out, Error: r.Error, TickIndex: r.TickIndex})
+		if err != nil {
+			// Output is JSON the runtime produced; this cannot happen,
+			// but a result must never vanish silently.
+			payload, _ = json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: agent.ResultFailed,
+				Output: json.RawMessage("null"), Error: "result output is not JSON: " + err.Error(), TickIndex: r.TickIndex})
+		}
+		ps = append(ps, &pending{seq: r.Seq, taskID: r.TaskID, payload: payload})
+	}
+	c.incoming = append(c.incoming, ps...)
+	c.mu.Unlock()
+	c.waitingN.Add(int64(len(ps)))
+	c.nudge()
+}
+
+// publishLoop publishes the results in order, at most publishWindow
+// unacknowledged at a time, and confirms each after its PUBACK. A
+// publication whose connection broke is resumed by paho after the
+// reconnection (persistent session); one that failed outright, or waited
+// PublishTimeout on a live connection, is published again.
+func (c *Client) publishLoop() {
+	defer c.wg.Done()
+	var (
+		list        []*pending // in Seq order
+		outstanding int        // entries of list with a token
+		lastGen     uint64
+	)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		c.mu.Lock()
+		list = append(list, c.incoming...)
+		c.incoming = nil
+		up, gen := c.conn, c.gen
+		c.mu.Unlock()
+
+		if up && gen != lastGen {
+			lastGen = gen
+			if n := len(list); n > 0 && gen > 1 {
+				c.log.Info().Int("results", n).Msg("mqtt: delivering results held while disconnected")
+			}
+		}
+		if up {
+			for _, p := range list {
+				if outstanding >= publishWindow {
+					break
+				}
+				if p.tok == nil {
+					if time.Now().Before(p.retryAt) {
+						break // keep the order: nothing overtakes a result waiting to retry
+					}
+					p.tok = c.pc.Publish(c.topics.Results, 1, false, p.payload)
+					p.sentAt = time.Now()
+					outstanding++
+				}
+			}
+		}
+
+		// Settle what finished, in order of the list.
+		var head *pending
+		kept := list[:0]
+		seen := 0
+		for i, p := range list {
+			if seen == outstanding {
+				kept = append(kept, list[i:]...)
+				break
+			}
+			if p.tok == nil {
+				kept = append(kept, p)
+				continue
+			}
+			seen++
+			select {
+			case <-p.tok.Done():
+			default:
+				if head == nil {
+					head = p
+				}
+				kept = append(kept, p)
+				continue
+			}
+			outstanding--
+			if err := p.tok.Error(); err != nil {
+				c.log.Debug().Err(err).Str("task", p.taskID).Msg("mqtt: result publication failed; it is published again")
+				p.tok, p.retryAt = nil, time.Now().Add(time.Second)
+				kept = append(kept, p)
+				continue
+			}
+			c.rt.Confirm(p.seq)
+			c.published.Add(1)
+			c.waitingN.Add(-1)
+		}
+		clear(list[len(kept):])
+		list = kept
+
+		var done <-chan struct{}
+		if head != nil {
+			done = head.tok.Done()
+		}
+		select {
+		case <-done:
+		case <-c.wake:
+		case <-tick.C:
+			if head != nil && up && time.Since(head.sentAt) > c.cfg.PublishTimeout {
+				c.log.Warn().Str("task", head.taskID).Dur("waited", time.Since(head.sentAt)).
+					Msg("mqtt: no PUBACK for a result; publishing it again")
+				head.tok = nil
+				outstanding--
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// progressMsg is the payload of the progress topic.
+type progressMsg struct {
+	TaskID  string `json:"task_id"`
+	Percent int    `json:"progress_percent"`
+	Phase   string `json:"phase"`
+}
+
+// Progress is the runtime's OnProgress: it never blocks, and drops the
+// report when the broker is unreachable or reports pile up (QoS 0).
+func (c *Client) Progress(taskID string, percent int, phase string) {
+	select {
+	case c.progress <- progressMsg{TaskID: taskID, Percent: percent, Phase: phase}:
+	default:
+	}
+}
+
+func (c *Client) progressLoop() {
+	defer c.wg.Done()
+	for {
+		select {
+		case p := <-c.progress:
+			if !c.pc.IsConnectionOpen() {
+				continue
+			}
+			body, _ := json.Marshal(p)
+			c.pc.Publish(c.topics.Progress, 0, false, body)
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
