@@ -10,7 +10,7 @@ build:
 	./build.sh host
 
 run: build
-	$(BIN) run --agent demo --data $(DATA)
+	$(BIN) start --data $(DATA)
 
 # Tests that make paho reconnect and resume in-flight publishes: paho has a
 # data race of its own there (eclipse-paho/paho.mqtt.golang#703, in

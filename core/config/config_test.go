@@ -202,13 +202,13 @@ func FuzzParse(f *testing.F) {
 
 // TestReadmeTable: the README section documents every key.
 func TestReadmeTable(t *testing.T) {
-	data, err := os.ReadFile("../daemon/README-section.md")
+	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range Keys {
 		if !strings.Contains(string(data), "| `"+k.Name+"` | `"+k.Env+"` |") {
-			t.Errorf("README-section.md has no row for %s (%s)", k.Name, k.Env)
+			t.Errorf("README.md has no row for %s (%s)", k.Name, k.Env)
 		}
 	}
 }
