@@ -28,7 +28,11 @@ type crashStore struct{ name, url string }
 
 // crashStores lists the backends the crash test runs against, by URL.
 func crashStores(t *testing.T) []crashStore {
-	return []crashStore{{"bbolt", "bbolt://"}}
+	return []crashStore{
+		{"bbolt", "bbolt://"},
+		{"sqlite", "sqlite://%s/state.db"},
+		{"file", "file://%s/snapshots"},
+	}
 }
 
 func crashRun(t *testing.T, storeURL string) {
@@ -41,9 +45,10 @@ func crashRun(t *testing.T, storeURL string) {
 	if storeURL != "bbolt://" {
 		storeURL = fmt.Sprintf(storeURL, data)
 	}
-	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0"}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
-	t.Logf("seed-independent run: %d tasks, %d kills", tasks, kills)
+	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0", "--no-mqtt"}
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 7))
+	t.Logf("%d tasks, %d kills, seed %d", tasks, kills, seed)
 
 	var (
 		accepted = map[string]bool{}

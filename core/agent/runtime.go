@@ -615,6 +615,11 @@ func (r *Runtime) finish(out *outcome) {
 	}
 	r.enforceBudget()
 	res := out.result
+	if s.NextResultSeq == 0 {
+		// Sequence numbers start at 1: stores keep "the highest seq
+		// indexed" as their mark, where 0 means none.
+		s.NextResultSeq = 1
+	}
 	res.Seq = s.NextResultSeq
 	s.NextResultSeq++
 	res.AgentID = r.cfg.AgentID

@@ -360,3 +360,14 @@ func TestTaskOutcomes(t *testing.T) {
 		t.Fatalf("late = %+v", st)
 	}
 }
+
+func TestResultSeqStartsAtOne(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	submit(t, rt, "t1", "x")
+	wait(t, rt, "t1")
+	s := e.store.stored(t, "a1")
+	if s.NextResultSeq != 2 {
+		t.Fatalf("next_result_seq = %d after one result, want 2 (the first result is seq 1)", s.NextResultSeq)
+	}
+}

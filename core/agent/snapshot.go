@@ -30,7 +30,8 @@ type Snapshot struct {
 	Outbox         []Result       `json:"outbox,omitempty"`
 	PendingAction  *PendingAction `json:"pending_action,omitempty"`
 	RecentEventIDs []string       `json:"recent_event_ids,omitempty"`
-	// NextResultSeq is the sequence number the next Result will carry.
+	// NextResultSeq is the sequence number the next Result will carry;
+	// results are numbered from 1.
 	NextResultSeq uint64 `json:"next_result_seq,omitempty"`
 
 	// HistorySeq is the absolute position of Memory.ShortTermHistory[0]
