@@ -535,3 +535,44 @@ func TestMQTTDisabled(t *testing.T) {
 		t.Fatalf("MQTT started with --no-mqtt\n%s", c.logs())
 	}
 }
+
+// TestBrokerUsers: the embedded broker of run takes a users file; a device
+// user logs in from "off the device" with its password, a wrong one is
+// refused with one clear error, and the hash comes from `broker
+// hash-password`.
+func TestBrokerUsers(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(binPath, "broker", "hash-password")
+	cmd.Stdin = strings.NewReader("s3cret\n")
+	out, err := cmd.Output()
+	if err != nil || !strings.HasPrefix(string(out), "$7$") {
+		t.Fatalf("hash-password: %q %v", out, err)
+	}
+	users := filepath.Join(dir, "users.json")
+	body, _ := json.Marshal(map[string]any{"users": []map[string]string{
+		{"username": mqttDevice, "password_hash": strings.TrimSpace(string(out))},
+	}})
+	if err := os.WriteFile(users, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := runAgentMQTT(t, "u1", t.TempDir(), "--broker-listen", "127.0.0.1:0", "--broker-users", users)
+	url := embeddedURL(t, c)
+	send := func(pw string) (int, string, string) {
+		return exitRun(t, 20*time.Second, "task", "send", "--broker", url, "--device", mqttDevice, "--agent", "u1",
+			"--mqtt-username", mqttDevice, "--mqtt-password", pw, "--input", "auth", "--wait", "--timeout", "5s")
+	}
+	if code, out, stderr := send("s3cret"); code != 0 || !strings.Contains(out, `"output":"auth"`) {
+		t.Fatalf("right password: exit %d %s %s", code, out, stderr)
+	}
+	code, _, stderr := send("wrong")
+	if lines := errorLines(stderr); code == 0 || len(lines) != 1 || !strings.Contains(lines[0], "refused") {
+		t.Fatalf("wrong password: exit %d %q", code, lines)
+	}
+	// A users file in clear text is refused at startup.
+	os.WriteFile(users, []byte(`{"users":[{"username":"dev1","password_hash":"s3cret"}]}`), 0o600)
+	code, _, stderr = exitRun(t, 20*time.Second, "run", "--agent", "u2", "--listen", "", "--data", t.TempDir(),
+		"--broker-listen", "127.0.0.1:0", "--broker-users", users)
+	if code == 0 || !strings.Contains(stderr, "password hash") {
+		t.Fatalf("clear-text users file: exit %d %s", code, stderr)
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
@@ -90,16 +91,23 @@ func benchIngress(b *testing.B, url string) {
 
 	// The agent: ingress made durable on bbolt.
 	b.StopTimer()
+	var saves atomic.Int64
 	a := startAgent(b, agentOpts{id: fmt.Sprintf("bench-%d", run), brokerURL: url, maxQueue: n + 100,
-		cfg: func(c *mqtt.Config) { c.NoFleet = true; c.Log = c.Log.Level(3) }})
+		cfg:       func(c *mqtt.Config) { c.NoFleet = true; c.Log = c.Log.Level(3) },
+		afterSave: func(*agent.Snapshot) { saves.Add(1) }})
+	saves.Store(0)
 	b.StartTimer()
 	t1 := time.Now()
 	publishAll(a.client.Topics().Tasks, "task")
-	for a.client.Stats().Accepted < uint64(n) {
+	for deadline := time.Now().Add(60 * time.Second); a.client.Stats().Accepted < uint64(n); {
+		if time.Now().After(deadline) {
+			b.Fatalf("after 60s: %+v of %d tasks", a.client.Stats(), n)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	ingress := float64(n) / time.Since(t1).Seconds()
 	b.StopTimer()
+	b.ReportMetric(float64(saves.Load()), "saves")
 
 	b.ReportMetric(ingress, "tasks/s")
 	b.ReportMetric(loopback, "broker-msgs/s")

@@ -78,9 +78,11 @@ type Client struct {
 	started  bool
 	closed   bool
 
-	wake     chan struct{} // nudges the publisher
-	waitingN atomic.Int64  // results handed over and not yet confirmed
-	progress chan progressMsg
+	wake       chan struct{} // nudges the publisher
+	subscribed chan struct{} // closed after the first subscription attempt
+	subOnce    sync.Once
+	waitingN   atomic.Int64 // results handed over and not yet confirmed
+	progress   chan progressMsg
 
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
 
@@ -96,12 +98,13 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("mqtt: %w", err)
 	}
 	c := &Client{
-		cfg:      cfg,
-		url:      u,
-		topics:   TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
-		sem:      make(chan struct{}, cfg.MaxPendingSubmits),
-		wake:     make(chan struct{}, 1),
-		progress: make(chan progressMsg, 256),
+		cfg:        cfg,
+		url:        u,
+		topics:     TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
+		sem:        make(chan struct{}, cfg.MaxPendingSubmits),
+		wake:       make(chan struct{}, 1),
+		subscribed: make(chan struct{}),
+		progress:   make(chan progressMsg, 256),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -112,7 +115,7 @@ func New(cfg Config) (*Client, error) {
 		SetClientID(ClientID(cfg.Device, cfg.Agent)).
 		SetCleanSession(false).
 		SetProtocolVersion(4). // no silent fallback to 3.1 (a refused login would be tried twice)
-		SetOrderMatters(true). // the handler only decodes and hands over
+		SetOrderMatters(true). // onTask only hands the message to a goroutine
 		SetAutoAckDisabled(true).
 		SetStore(paho.NewOrderedMemoryStore()). // publications resumed after a reconnect keep their order
 		SetKeepAlive(cfg.KeepAlive).
@@ -172,6 +175,13 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 	tok := c.pc.Connect()
 	err := waitToken(ctx, tok, c.cfg.ConnectTimeout+5*time.Second)
 	if err == nil {
+		// Return subscribed, so that what is published from now on
+		// reaches the agent even on the session's very first connection.
+		select {
+		case <-c.subscribed:
+		case <-time.After(c.cfg.ConnectTimeout):
+		case <-ctx.Done():
+		}
 		return nil
 	}
 	var rc byte = packets.ErrNetworkError
@@ -310,6 +320,11 @@ func (c *Client) sleep(d time.Duration) bool {
 }
 
 func (c *Client) onConnect(pc paho.Client) {
+	if c.ctx.Err() != nil {
+		// A connection attempt that was under way when Close ran.
+		go pc.Disconnect(0)
+		return
+	}
 	c.reconnects.Store(0)
 	c.mu.Lock()
 	c.conn = true
@@ -337,6 +352,7 @@ func (c *Client) onConnect(pc paho.Client) {
 			}
 		}
 	}
+	c.subOnce.Do(func() { close(c.subscribed) })
 	payload, _ := json.Marshal(c.status("online", ""))
 	if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, payload), c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")

@@ -17,9 +17,10 @@ import (
 const maxDeadLetterPayload = 4 << 10
 
 // onTask runs on paho's router goroutine for every message on a task topic,
-// in order. It decodes the task and hands it to a goroutine that makes it
-// durable and only then acknowledges it; it blocks only when
-// MaxPendingSubmits tasks are already in flight (backpressure).
+// in order. It hands the message to a goroutine that decodes it, makes it
+// durable and only then acknowledges it (decoding off the router lets
+// several cores share it); it blocks only when MaxPendingSubmits messages
+// are already in flight (backpressure).
 func (c *Client) onTask(_ paho.Client, m paho.Message) {
 	c.received.Add(1)
 	select {
@@ -27,17 +28,22 @@ func (c *Client) onTask(_ paho.Client, m paho.Message) {
 	case <-c.ctx.Done():
 		return // not acknowledged: redelivered to the next session
 	}
+	go c.take(m)
+}
+
+// take decodes one message and submits or rejects it.
+func (c *Client) take(m paho.Message) {
 	task, err := agent.DecodeTask(m.Payload(), c.cfg.MaxTaskBytes)
 	if err != nil {
-		go c.reject(m, err)
+		c.reject(m, err)
 		return
 	}
 	ev, err := agent.TaskEvent(task, "mqtt", c.cfg.Now().UnixMilli())
 	if err != nil {
-		go c.reject(m, &agent.TaskError{Code: agent.CodeBadJSON, Msg: err.Error()})
+		c.reject(m, &agent.TaskError{Code: agent.CodeBadJSON, Msg: err.Error()})
 		return
 	}
-	go c.submit(m, ev)
+	c.submit(m, ev)
 }
 
 // submit makes one task durable, then acknowledges it. A full queue is

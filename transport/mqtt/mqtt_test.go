@@ -45,6 +45,7 @@ type agentOpts struct {
 	brokerURL string
 	cfg       func(*mqtt.Config)
 	maxQueue  int
+	afterSave func(*agent.Snapshot)
 }
 
 // startAgent starts a runtime and its MQTT client; the test's cleanup stops
@@ -77,7 +78,7 @@ func startAgent(t testing.TB, o agentOpts) *agentUnderTest {
 	rt, err := agent.Start(context.Background(), agent.Config{
 		AgentID: o.id, Store: st, Brain: b, Tools: []string{"file_append", "sleep_ms"},
 		ArtifactsDir: filepath.Join(o.dir, "artifacts"), Outbox: c, OnProgress: c.Progress,
-		MaxQueue: o.maxQueue, Log: testLog(t),
+		MaxQueue: o.maxQueue, Log: testLog(t), AfterSave: o.afterSave,
 	})
 	if err != nil {
 		t.Fatal(err)

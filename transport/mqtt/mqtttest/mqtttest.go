@@ -72,6 +72,9 @@ type Options struct {
 	TLS *TLSFiles
 	// Extra lines for mosquitto.conf.
 	Extra []string
+	// Config, when set, is the whole mosquitto.conf instead; "{{PORT}}"
+	// and "{{DIR}}" in it become the port and the broker's directory.
+	Config string
 }
 
 // TLSFiles are the PEM files of a TLS setup.
@@ -86,6 +89,7 @@ type Mosquitto struct {
 	Dir  string
 	Port int
 	conf string
+	tls  bool
 
 	mu   sync.Mutex // guards cmd, done, log
 	cmd  *exec.Cmd
@@ -103,7 +107,7 @@ func StartMosquitto(t testing.TB, o Options) *Mosquitto {
 // StartMosquittoOnPort is StartMosquitto on a given port.
 func StartMosquittoOnPort(t testing.TB, port int, o Options) *Mosquitto {
 	t.Helper()
-	m := &Mosquitto{t: t, bin: Binary(t, "mosquitto"), Dir: t.TempDir(), Port: port}
+	m := &Mosquitto{t: t, bin: Binary(t, "mosquitto"), Dir: t.TempDir(), Port: port, tls: o.TLS != nil}
 	lines := []string{
 		fmt.Sprintf("listener %d 127.0.0.1", m.Port),
 		"max_queued_messages 0",
@@ -129,10 +133,13 @@ func StartMosquittoOnPort(t testing.TB, port int, o Options) *Mosquitto {
 	if o.TLS != nil {
 		lines = append(lines, "cafile "+o.TLS.CA, "certfile "+o.TLS.Cert, "keyfile "+o.TLS.Key, "tls_version tlsv1.2")
 	}
+	lines = append(lines, o.Extra...)
+	if o.Config != "" {
+		lines = strings.Split(strings.NewReplacer("{{PORT}}", strconv.Itoa(m.Port), "{{DIR}}", m.Dir).Replace(o.Config), "\n")
+	}
 	if os.Getuid() == 0 {
 		lines = append(lines, "user root") // else Mosquitto drops to "mosquitto", who cannot write Dir
 	}
-	lines = append(lines, o.Extra...)
 	m.conf = filepath.Join(m.Dir, "mosquitto.conf")
 	if err := os.WriteFile(m.conf, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -142,10 +149,9 @@ func StartMosquittoOnPort(t testing.TB, port int, o Options) *Mosquitto {
 	return m
 }
 
-// URL is tcp://127.0.0.1:PORT (ssl:// with TLS).
+// URL is tcp://127.0.0.1:PORT (ssl:// with Options.TLS).
 func (m *Mosquitto) URL() string {
-	data, _ := os.ReadFile(m.conf)
-	if strings.Contains(string(data), "certfile ") {
+	if m.tls {
 		return "ssl://127.0.0.1:" + strconv.Itoa(m.Port)
 	}
 	return "tcp://127.0.0.1:" + strconv.Itoa(m.Port)
