@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -482,7 +483,7 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	path := filepath.Join(dir, res.Template.Name+".json")
-	if err := writeFileAtomic(path, res.Raw, 0o440); err != nil {
+	if err := atomicfile.WriteFile(path, res.Raw, 0o440); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	t := res.Template

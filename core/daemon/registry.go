@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -78,7 +78,7 @@ func (r *registry) update(fn func(d *regData)) error {
 	fn(&r.data)
 	b, err := json.MarshalIndent(&r.data, "", "  ")
 	if err == nil {
-		err = writeFileAtomic(r.path, append(b, '\n'), 0o640)
+		err = atomicfile.WriteFile(r.path, append(b, '\n'), 0o640)
 	}
 	if err != nil {
 		r.data = old
@@ -137,47 +137,4 @@ func (r *registry) removeHandoff(worker, taskID string) error {
 	return r.update(func(d *regData) {
 		d.Handoffs = slices.DeleteFunc(d.Handoffs, func(h handoff) bool { return h.Worker == worker && h.TaskID == taskID })
 	})
-}
-
-// writeFileAtomic writes data to path so that a crash leaves the old or
-// the new content: temporary file, fsync, rename, fsync of the directory.
-// A read-only target (a frozen blueprint) is replaced too.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Chmod(name, perm); err != nil {
-		return err
-	}
-	if runtime.GOOS == "windows" {
-		_ = os.Chmod(path, 0o640) // Windows refuses to replace a read-only file
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync() // not supported everywhere (Windows); the rename is atomic regardless
-		d.Close()
-	}
-	return nil
 }

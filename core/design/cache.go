@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"time"
 )
 
@@ -94,7 +94,7 @@ func writeCache(dir, name string, raw []byte, m cacheMeta) error {
 		return fmt.Errorf("design: cache: %w", err)
 	}
 	dataPath, metaPath := cachePaths(dir, name)
-	if err := writeFileAtomic(dataPath, raw, 0o644); err != nil {
+	if err := atomicfile.WriteFile(dataPath, raw, 0o644); err != nil {
 		return err
 	}
 	return writeMeta(metaPath, m)
@@ -105,7 +105,7 @@ func writeMeta(path string, m cacheMeta) error {
 	if err != nil {
 		return fmt.Errorf("design: cache: %w", err)
 	}
-	return writeFileAtomic(path, append(mb, '\n'), 0o644)
+	return atomicfile.WriteFile(path, append(mb, '\n'), 0o644)
 }
 
 // removeCache deletes an entry, sidecar first so that a crash in between
@@ -118,67 +118,10 @@ func removeCache(dir, name string) error {
 			errs = append(errs, err)
 		}
 	}
-	if err := syncDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := atomicfile.SyncDir(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
-}
-
-// writeFileAtomic writes data to path so that a reader, even after a power
-// loss, sees the old content or the new, never a mix: a temp file in the
-// same directory, fsync, close, rename, then fsync of the directory so the
-// rename itself is durable.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
-	dir, base := filepath.Split(path)
-	if dir == "" {
-		dir = "."
-	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("design: %w", err)
-	}
-	tmp := f.Name()
-	defer func() {
-		if err != nil {
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		f.Close()
-		return fmt.Errorf("design: write %s: %w", tmp, err)
-	}
-	if err = f.Chmod(perm); err != nil && runtime.GOOS != "windows" {
-		f.Close()
-		return fmt.Errorf("design: %w", err)
-	}
-	if err = f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("design: fsync %s: %w", tmp, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("design: close %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("design: %w", err)
-	}
-	if err = syncDir(dir); err != nil {
-		return fmt.Errorf("design: fsync %s: %w", dir, err)
-	}
-	return nil
-}
-
-// syncDir makes a rename in dir durable. Windows cannot fsync a directory
-// (NTFS journals the rename); there it is a no-op.
-func syncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 func readFileLimit(path string) ([]byte, error) {

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -238,7 +239,7 @@ func SignFile(v Validator, priv ed25519.PrivateKey, path string, withKeyID bool)
 		sig = sigScheme + ":" + KeyID(priv.Public().(ed25519.PublicKey)) + ":" + strings.TrimPrefix(sig, sigScheme+":")
 	}
 	sigPath := path + ".sig"
-	if err := writeFileAtomic(sigPath, []byte(sig+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(sigPath, []byte(sig+"\n"), 0o644); err != nil {
 		return "", err
 	}
 	return sigPath, nil

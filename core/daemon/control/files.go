@@ -3,6 +3,7 @@ package control
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"os"
 	"path/filepath"
 )
@@ -19,7 +20,7 @@ func NewToken() (string, error) {
 // WriteToken stores the token in runDir/control.token, readable by the
 // daemon's user only.
 func WriteToken(runDir, token string) error {
-	return writeFileAtomic(filepath.Join(runDir, TokenFile), []byte(token+"\n"), 0o600)
+	return atomicfile.WriteFile(filepath.Join(runDir, TokenFile), []byte(token+"\n"), 0o600)
 }
 
 // RemoveFiles deletes the token, socket and address files at shutdown.
@@ -27,38 +28,4 @@ func RemoveFiles(runDir string) {
 	for _, f := range []string{TokenFile, SocketFile, AddrFile} {
 		_ = os.Remove(filepath.Join(runDir, f))
 	}
-}
-
-// writeFileAtomic writes a temporary file, syncs it and renames it over
-// path.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(name)
-		}
-	}()
-	if err := tmp.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(name, path); err != nil {
-		return err
-	}
-	ok = true
-	return nil
 }

@@ -5,6 +5,7 @@ package control
 import (
 	"errors"
 	"fmt"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"net"
 	"os"
 	"path/filepath"
@@ -21,7 +22,7 @@ func Listen(runDir string) (net.Listener, string, error) {
 		return nil, "", fmt.Errorf("control listener: %w", err)
 	}
 	addr := "tcp://" + ln.Addr().String()
-	if err := writeFileAtomic(filepath.Join(runDir, AddrFile), []byte(addr+"\n"), 0o600); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(runDir, AddrFile), []byte(addr+"\n"), 0o600); err != nil {
 		ln.Close()
 		return nil, "", fmt.Errorf("control address file: %w", err)
 	}
