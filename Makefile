@@ -12,17 +12,11 @@ build:
 run: build
 	$(BIN) start --data $(DATA)
 
-# Tests that make paho reconnect and resume in-flight publishes: paho has a
-# data race of its own there (eclipse-paho/paho.mqtt.golang#703, in
-# client.resume), so they run without the race detector, after the rest.
-NORACE := ^TestMQTT(BrokerRestart|ResultsWaitForTheBroker)$$
-
 # The whole suite: vet, then every package with the race detector. Fuzz
 # targets run their seed corpus here; `go test -fuzz` explores further.
 test:
 	$(GO) vet ./...
-	$(GO) test -race -timeout 20m -skip '$(NORACE)' ./...
-	$(GO) test -timeout 10m -run '$(NORACE)' ./transport/mqtt/
+	$(GO) test -race -timeout 20m ./...
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
 # fdatasync, Save latency and bytes per backend, end-to-end ticks per second.

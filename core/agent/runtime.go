@@ -552,7 +552,9 @@ func (r *Runtime) remember(id string) {
 	s := r.snap
 	s.RecentEventIDs = append(s.RecentEventIDs, id)
 	r.known[id] = struct{}{}
-	if over := len(s.RecentEventIDs) - r.cfg.RecentIDs; over > 0 {
+	// Trimmed in batches of a quarter of the bound, so that a busy agent
+	// does not copy the whole list on every event.
+	if over := len(s.RecentEventIDs) - r.cfg.RecentIDs; over > r.cfg.RecentIDs/4 {
 		for _, old := range s.RecentEventIDs[:over] {
 			delete(r.known, old)
 		}

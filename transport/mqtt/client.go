@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,7 @@ type Client struct {
 	progress   chan progressMsg
 
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
+	store      *resumeStore // paho's store; tells which publications paho resumed
 
 	received, accepted, duplicates, deadLettered, published atomic.Uint64
 	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
@@ -105,6 +107,7 @@ func New(cfg Config) (*Client, error) {
 		wake:       make(chan struct{}, 1),
 		subscribed: make(chan struct{}),
 		progress:   make(chan progressMsg, 256),
+		store:      newResumeStore(),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -117,7 +120,7 @@ func New(cfg Config) (*Client, error) {
 		SetProtocolVersion(4). // no silent fallback to 3.1 (a refused login would be tried twice)
 		SetOrderMatters(true). // onTask only hands the message to a goroutine
 		SetAutoAckDisabled(true).
-		SetStore(paho.NewOrderedMemoryStore()). // publications resumed after a reconnect keep their order
+		SetStore(c.store). // resumed publications keep their order
 		SetKeepAlive(cfg.KeepAlive).
 		SetPingTimeout(10*time.Second).
 		SetConnectTimeout(cfg.ConnectTimeout).
@@ -462,5 +465,74 @@ func (c *Client) flush(ctx context.Context) {
 	}
 }
 
+// resumeStore is paho's ordered memory store, adapted to what paho's
+// resume (run after every connection of a persistent session) does with it:
+//
+//   - It keeps its own copy of a PUBLISH and hands out copies. resume sets
+//     the DUP flag on the packet Get returns, while the packet Publish queued
+//     may still be waiting to be written from before the reconnection, a
+//     data race inside paho (eclipse-paho/paho.mqtt.golang#703); with copies
+//     nothing is shared.
+//   - Get marks the message id of an outbound PUBLISH that resume is about
+//     to send again. resume then completes that publication's original
+//     token without error although no PUBACK came (it replaces the token
+//     with its own), so a token's success means nothing once its id was
+//     resumed: the publisher checks ResumedSince before it confirms.
+type resumeStore struct {
+	*paho.OrderedMemoryStore
+
+	mu    sync.Mutex        // guards seq and marks
+	seq   uint64            // marks handed out
+	marks map[uint16]uint64 // message id → seq when resume last took it
+}
+
+func newResumeStore() *resumeStore {
+	return &resumeStore{OrderedMemoryStore: paho.NewOrderedMemoryStore(), marks: map[uint16]uint64{}}
+}
+
+func copyPacket(m packets.ControlPacket) packets.ControlPacket {
+	if p, ok := m.(*packets.PublishPacket); ok {
+		cp := *p
+		return &cp
+	}
+	return m
+}
+
+// Put stores a copy of a PUBLISH (Publish calls it before it queues the
+// packet, so nothing else touches it yet).
+func (s *resumeStore) Put(key string, m packets.ControlPacket) {
+	s.OrderedMemoryStore.Put(key, copyPacket(m))
+}
+
+// Get returns a copy of the stored packet; for an outbound PUBLISH (only
+// resume reads those) it marks the message id as resumed.
+func (s *resumeStore) Get(key string) packets.ControlPacket {
+	m := s.OrderedMemoryStore.Get(key)
+	if p, ok := m.(*packets.PublishPacket); ok && strings.HasPrefix(key, "o.") {
+		s.mu.Lock()
+		s.seq++
+		s.marks[p.MessageID] = s.seq
+		s.mu.Unlock()
+	}
+	return copyPacket(m)
+}
+
+// Mark returns the current mark; take it before publishing.
+func (s *resumeStore) Mark() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seq
+}
+
+// ResumedSince reports whether resume took message id after mark.
+func (s *resumeStore) ResumedSince(id uint16, mark uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marks[id] > mark
+}
+
 // Interface guards.
-var _ agent.Outbox = (*Client)(nil)
+var (
+	_ agent.Outbox = (*Client)(nil)
+	_ paho.Store   = (*resumeStore)(nil)
+)

@@ -31,7 +31,10 @@
 //     unreachable they wait, in the outbox and in this client, and are
 //     published after the reconnection, oldest first, however long the
 //     link was down. A result may be published more than once (after a
-//     restart, or a lost PUBACK), never computed twice.
+//     restart, a reconnection, or a lost PUBACK), never computed twice.
+//     paho completes the token of a publication it resends after a
+//     reconnection without any PUBACK; such a completion is recognised
+//     (resumeStore) and never taken for a confirmation.
 //   - Startup fails with one error when the broker refuses the credentials
 //     or the TLS handshake fails (bad CA, bad client certificate): those do
 //     not heal by retrying. An unreachable broker is not an error: the

@@ -30,6 +30,7 @@ type pending struct {
 	payload []byte
 	tok     paho.Token // nil: (re)publish when connected
 	sentAt  time.Time
+	mark    uint64    // resumeStore mark before it was published
 	retryAt time.Time // after a failed publication: not before this
 }
 
@@ -70,9 +71,11 @@ func (c *Client) Deliver(results []agent.Result) {
 
 // publishLoop publishes the results in order, at most publishWindow
 // unacknowledged at a time, and confirms each after its PUBACK. A
-// publication whose connection broke is resumed by paho after the
-// reconnection (persistent session); one that failed outright, or waited
-// PublishTimeout on a live connection, is published again.
+// publication whose connection broke is resent by paho's resume after the
+// reconnection, which also completes its token without a PUBACK
+// (resumeStore tells), so it is published again; so is one that failed
+// outright or waited PublishTimeout on a live connection. The hub may see
+// a result twice, never lose one.
 func (c *Client) publishLoop() {
 	defer c.wg.Done()
 	var (
@@ -104,6 +107,7 @@ func (c *Client) publishLoop() {
 					if time.Now().Before(p.retryAt) {
 						break // keep the order: nothing overtakes a result waiting to retry
 					}
+					p.mark = c.store.Mark()
 					p.tok = c.pc.Publish(c.topics.Results, 1, false, p.payload)
 					p.sentAt = time.Now()
 					outstanding++
@@ -138,6 +142,13 @@ func (c *Client) publishLoop() {
 			if err := p.tok.Error(); err != nil {
 				c.log.Debug().Err(err).Str("task", p.taskID).Msg("mqtt: result publication failed; it is published again")
 				p.tok, p.retryAt = nil, time.Now().Add(time.Second)
+				kept = append(kept, p)
+				continue
+			}
+			if pt, ok := p.tok.(*paho.PublishToken); !ok || c.store.ResumedSince(pt.MessageID(), p.mark) {
+				// paho resumed it after a reconnection and completed
+				// this token without a PUBACK: publish it again.
+				p.tok = nil
 				kept = append(kept, p)
 				continue
 			}

@@ -1,0 +1,144 @@
+package mqtt_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/transport/broker"
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+// mqttProxy forwards TCP to a broker; it can drop the PUBACKs the broker
+// sends and sever every connection.
+type mqttProxy struct {
+	ln          net.Listener
+	target      string
+	dropPubacks atomic.Bool
+	mu          sync.Mutex // guards conns
+	conns       []net.Conn
+}
+
+func startProxy(t *testing.T, target string) *mqttProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &mqttProxy{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close(); p.sever() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			s, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(s, c); s.Close() }()
+			go func() { p.brokerToClient(s, c); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *mqttProxy) url() string { return "tcp://" + p.ln.Addr().String() }
+
+// brokerToClient copies MQTT packets, leaving out PUBACKs while asked to.
+func (p *mqttProxy) brokerToClient(from, to net.Conn) {
+	r := bufio.NewReader(from)
+	for {
+		first, err := r.ReadByte()
+		if err != nil {
+			return
+		}
+		head := []byte{first}
+		n, mult := 0, 1
+		for {
+			b, err := r.ReadByte()
+			if err != nil {
+				return
+			}
+			head = append(head, b)
+			n += int(b&127) * mult
+			mult *= 128
+			if b&128 == 0 {
+				break
+			}
+		}
+		body := make([]byte, n)
+		if _, err := io.ReadFull(r, body); err != nil {
+			return
+		}
+		if first>>4 == 4 && p.dropPubacks.Load() {
+			continue
+		}
+		if _, err := to.Write(append(head, body...)); err != nil {
+			return
+		}
+	}
+}
+
+func (p *mqttProxy) sever() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestMQTTResumeIsNoPuback: paho's resume after a reconnection completes
+// an interrupted publication's token without a PUBACK. The result must stay
+// in the outbox until a real PUBACK, or a crash right then would lose it.
+func TestMQTTResumeIsNoPuback(t *testing.T) {
+	b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	proxy := startProxy(t, b.Addr().String())
+	// A short PublishTimeout: a PUBACK the proxy dropped on a live
+	// connection is only made up for by publishing again.
+	a := startAgent(t, agentOpts{brokerURL: proxy.url(), cfg: func(c *mqtt.Config) { c.PublishTimeout = 2 * time.Second }})
+	col := mqtttest.Collect(t, b.URL(), "observer", true, a.client.Topics().Results)
+
+	outbox := func() int {
+		s, err := a.rt.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(s.Outbox)
+	}
+	proxy.dropPubacks.Store(true)
+	ev, _ := agent.TaskEvent(&agent.Task{TaskID: "r1", Input: json.RawMessage(`"x"`)}, "http", 0)
+	if res := a.rt.Submit(context.Background(), ev); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	mqtttest.WaitFor(t, 5*time.Second, "the result published", func() bool { return len(col.Messages("")) > 0 })
+	if outbox() != 1 {
+		t.Fatal("the result left the outbox without a PUBACK")
+	}
+	// The connection breaks; paho reconnects and resumes the publication.
+	proxy.sever()
+	mqtttest.WaitFor(t, 10*time.Second, "the resumed publication", func() bool { return len(col.Messages("")) > 1 })
+	time.Sleep(500 * time.Millisecond)
+	if outbox() != 1 {
+		t.Fatal("the result left the outbox on paho's resume, without a PUBACK")
+	}
+	proxy.dropPubacks.Store(false)
+	mqtttest.WaitFor(t, 10*time.Second, "the confirmation after a real PUBACK", func() bool { return outbox() == 0 })
+}
