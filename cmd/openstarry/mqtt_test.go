@@ -77,32 +77,9 @@ func resultsTopic(agentID string) string {
 	return "openstarry/" + mqttDevice + "/agents/" + agentID + "/results"
 }
 
-type mqttResult struct {
-	TaskID    string          `json:"task_id"`
-	AgentID   string          `json:"agent_id"`
-	Status    string          `json:"status"`
-	Output    json.RawMessage `json:"output"`
-	Error     string          `json:"error"`
-	TickIndex uint64          `json:"tick_index"`
-}
-
-// resultsByTask groups the results a collector received by task id.
-func resultsByTask(t *testing.T, col *mqtttest.Collector, filter string) map[string][]mqttResult {
-	t.Helper()
-	out := map[string][]mqttResult{}
-	for _, m := range col.Messages(filter) {
-		var r mqttResult
-		if err := json.Unmarshal(m.Payload, &r); err != nil {
-			t.Fatalf("result is not JSON: %s", m.Payload)
-		}
-		out[r.TaskID] = append(out[r.TaskID], r)
-	}
-	return out
-}
-
 // runs counts the executions behind a task's results: one (agent, tick)
 // pair per execution; a republished result repeats its pair.
-func runs(rs []mqttResult) int {
+func runs(rs []mqtttest.Result) int {
 	seen := map[string]bool{}
 	for _, r := range rs {
 		seen[fmt.Sprintf("%s@%d", r.AgentID, r.TickIndex)] = true
@@ -153,10 +130,10 @@ func TestMQTTEndToEnd(t *testing.T) {
 		mqtttest.Publish(t, pub, topic, line("dup"))
 
 		mqtttest.WaitFor(t, 20*time.Second, "results of hello, slow, next, dup", func() bool {
-			rs := resultsByTask(t, col, resultsTopic("e2e"))
+			rs := mqtttest.Results(t, col, resultsTopic("e2e"))
 			return len(rs["hello"]) > 0 && len(rs["slow"]) > 0 && len(rs["next"]) > 0 && len(rs["dup"]) > 0
 		})
-		rs := resultsByTask(t, col, resultsTopic("e2e"))
+		rs := mqtttest.Results(t, col, resultsTopic("e2e"))
 		if r := rs["hello"][0]; r.Status != "done" || string(r.Output) != `"hello over mqtt"` || r.AgentID != "e2e" {
 			t.Errorf("hello: %+v", r)
 		}
@@ -187,7 +164,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 			t.Error("no progress for the slow task")
 		}
 		time.Sleep(200 * time.Millisecond)
-		if n := runs(resultsByTask(t, col, resultsTopic("e2e"))["dup"]); n != 1 {
+		if n := runs(mqtttest.Results(t, col, resultsTopic("e2e"))["dup"]); n != 1 {
 			t.Errorf("the duplicate ran %d times", n)
 		}
 		data2, _ := os.ReadFile(filepath.Join(data, "agents", "e2e", "artifacts", "dup.txt"))
@@ -230,16 +207,16 @@ func TestMQTTKillAfterAck(t *testing.T) {
 			return c1 == 200 && c2 == 200
 		})
 		c.kill()
-		if n := len(resultsByTask(t, col, resultsTopic("k"))["first"]); n != 0 {
+		if n := len(mqtttest.Results(t, col, resultsTopic("k"))["first"]); n != 0 {
 			t.Fatalf("the task finished before the kill (%d results); make it longer", n)
 		}
 		start()
 		mqtttest.WaitFor(t, 20*time.Second, "both results after the restart", func() bool {
-			rs := resultsByTask(t, col, resultsTopic("k"))
+			rs := mqtttest.Results(t, col, resultsTopic("k"))
 			return len(rs["first"]) > 0 && len(rs["second"]) > 0
 		})
 		time.Sleep(300 * time.Millisecond)
-		for id, rs := range resultsByTask(t, col, resultsTopic("k")) {
+		for id, rs := range mqtttest.Results(t, col, resultsTopic("k")) {
 			if runs(rs) != 1 || rs[0].Status != "done" {
 				t.Errorf("task %s: %+v", id, rs)
 			}
@@ -293,9 +270,9 @@ func TestMQTTBrokerKilled(t *testing.T) {
 		mqtttest.Publish(t, pub, tasksTopic("bk"), mqttSleepTask(fmt.Sprintf("a%02d", i), 1))
 	}
 	mqtttest.WaitFor(t, 60*time.Second, "every result", func() bool {
-		return len(resultsByTask(t, col, resultsTopic("bk"))) == before+after
+		return len(mqtttest.Results(t, col, resultsTopic("bk"))) == before+after
 	})
-	for id, rs := range resultsByTask(t, col, resultsTopic("bk")) {
+	for id, rs := range mqtttest.Results(t, col, resultsTopic("bk")) {
 		if runs(rs) != 1 {
 			t.Errorf("task %s ran %d times", id, runs(rs))
 		}
@@ -356,11 +333,11 @@ func TestMQTTFleetShared(t *testing.T) {
 		}
 	}
 	mqtttest.WaitFor(t, 60*time.Second, "500 results", func() bool {
-		return len(resultsByTask(t, col, "")) == n
+		return len(mqtttest.Results(t, col, "")) == n
 	})
 	time.Sleep(300 * time.Millisecond)
 	per := map[string]int{}
-	for id, rs := range resultsByTask(t, col, "") {
+	for id, rs := range mqtttest.Results(t, col, "") {
 		if runs(rs) != 1 {
 			t.Errorf("task %s ran %d times: %+v", id, runs(rs), rs)
 		}
@@ -479,7 +456,7 @@ func TestMQTTUnreachableHubIsNotFatal(t *testing.T) {
 	_ = col
 	waitLog(t, c, "subscribed to "+tasksTopic("late"), 30*time.Second)
 	mqtttest.WaitFor(t, 30*time.Second, "the held result", func() bool {
-		return len(resultsByTask(t, col, resultsTopic("late"))["offline-1"]) > 0
+		return len(mqtttest.Results(t, col, resultsTopic("late"))["offline-1"]) > 0
 	})
 }
 
@@ -492,7 +469,7 @@ func TestTaskSend(t *testing.T) {
 	}
 
 	code, out, stderr := send("--agent", "ts", "--input", "plain text", "--task-id", "ts-1", "--wait", "--timeout", "10s")
-	var r mqttResult
+	var r mqtttest.Result
 	if code != 0 || json.Unmarshal([]byte(out), &r) != nil || r.TaskID != "ts-1" || r.Status != "done" || string(r.Output) != `"plain text"` {
 		t.Fatalf("text: exit %d out %q err %s", code, out, stderr)
 	}

@@ -128,28 +128,6 @@ func brokers(t *testing.T, f func(t *testing.T, url string)) {
 	})
 }
 
-type result struct {
-	TaskID    string          `json:"task_id"`
-	AgentID   string          `json:"agent_id"`
-	Status    string          `json:"status"`
-	Output    json.RawMessage `json:"output"`
-	Error     string          `json:"error"`
-	TickIndex uint64          `json:"tick_index"`
-}
-
-func results(t testing.TB, c *mqtttest.Collector, filter string) map[string][]result {
-	t.Helper()
-	out := map[string][]result{}
-	for _, m := range c.Messages(filter) {
-		var r result
-		if err := json.Unmarshal(m.Payload, &r); err != nil {
-			t.Fatalf("result is not JSON: %s", m.Payload)
-		}
-		out[r.TaskID] = append(out[r.TaskID], r)
-	}
-	return out
-}
-
 func task(id string, input any) []byte {
 	b, _ := json.Marshal(map[string]any{"task_id": id, "type": "test", "input": input})
 	return b
@@ -184,8 +162,8 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 
 		mqtttest.Publish(t, pub, tp.Tasks, task("t1", "hello"))
 		mqtttest.Publish(t, pub, tp.Tasks, sleepTask("t2", 10))
-		mqtttest.WaitFor(t, 10*time.Second, "two results", func() bool { return len(results(t, col, tp.Results)) == 2 })
-		rs := results(t, col, tp.Results)
+		mqtttest.WaitFor(t, 10*time.Second, "two results", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == 2 })
+		rs := mqtttest.Results(t, col, tp.Results)
 		if r := rs["t1"][0]; r.Status != "done" || string(r.Output) != `"hello"` || r.AgentID != "a1" || r.TickIndex == 0 {
 			t.Errorf("t1 result: %+v", r)
 		}
@@ -244,7 +222,7 @@ func TestMQTTDeadLetters(t *testing.T) {
 			mqtttest.Publish(t, pub, tp.Tasks, p)
 		}
 		mqtttest.Publish(t, pub, tp.Tasks, task("after", "still serving"))
-		mqtttest.WaitFor(t, 10*time.Second, "the next task's result", func() bool { return len(results(t, col, tp.Results)["after"]) > 0 })
+		mqtttest.WaitFor(t, 10*time.Second, "the next task's result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["after"]) > 0 })
 		mqtttest.WaitFor(t, 10*time.Second, "four dead letters", func() bool { return len(col.Messages(tp.DeadLetter)) == 4 })
 		codes := map[string]map[string]any{}
 		for _, m := range col.Messages(tp.DeadLetter) {
@@ -281,16 +259,16 @@ func TestMQTTDuplicateRunsOnce(t *testing.T) {
 		pub := publisher(t, url)
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
-		mqtttest.WaitFor(t, 10*time.Second, "the result", func() bool { return len(results(t, col, tp.Results)["dup"]) > 0 })
+		mqtttest.WaitFor(t, 10*time.Second, "the result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) > 0 })
 		// Again once it is done: acknowledged, not run, its result published again.
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
-		mqtttest.WaitFor(t, 10*time.Second, "the republished result", func() bool { return len(results(t, col, tp.Results)["dup"]) >= 2 })
+		mqtttest.WaitFor(t, 10*time.Second, "the republished result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) >= 2 })
 		time.Sleep(200 * time.Millisecond)
 		if got := a.lines(t, "out.txt"); len(got) != 1 {
 			t.Fatalf("the task ran %d times: %v", len(got), got)
 		}
 		ticks := map[uint64]bool{}
-		for _, r := range results(t, col, tp.Results)["dup"] {
+		for _, r := range mqtttest.Results(t, col, tp.Results)["dup"] {
 			ticks[r.TickIndex] = true
 		}
 		if len(ticks) != 1 {
@@ -321,12 +299,12 @@ func TestMQTTBrokerRestart(t *testing.T) {
 		for i := n; i < n+5; i++ {
 			mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("r%02d", i), 1))
 		}
-		mqtttest.WaitFor(t, 30*time.Second, "every result", func() bool { return len(results(t, col, tp.Results)) == n+5 })
+		mqtttest.WaitFor(t, 30*time.Second, "every result", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == n+5 })
 		mqtttest.WaitFor(t, 10*time.Second, "an empty outbox", func() bool {
 			s, err := a.rt.Snapshot(context.Background())
 			return err == nil && len(s.Outbox) == 0
 		})
-		for id, rs := range results(t, col, tp.Results) {
+		for id, rs := range mqtttest.Results(t, col, tp.Results) {
 			ticks := map[uint64]bool{}
 			for _, r := range rs {
 				ticks[r.TickIndex] = true
@@ -385,7 +363,7 @@ func TestMQTTResultsWaitForTheBroker(t *testing.T) {
 	mqtttest.WaitFor(t, 20*time.Second, "five results", func() bool { return len(col.Messages("")) >= 5 })
 	var order []string
 	for _, m := range col.Messages("")[:5] {
-		var r result
+		var r mqtttest.Result
 		_ = json.Unmarshal(m.Payload, &r)
 		order = append(order, r.TaskID)
 	}
@@ -483,7 +461,7 @@ func TestMQTTSendTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r result
+	var r mqtttest.Result
 	if json.Unmarshal(res, &r) != nil || r.TaskID != "s1" || string(r.Output) != `"hi"` {
 		t.Fatalf("result %s", res)
 	}
