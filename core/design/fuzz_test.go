@@ -65,3 +65,34 @@ func FuzzDecodeTemplate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSchemaAgreesWithLibrary checks arbitrary JSON with schemacheck.go and
+// with the reference library: both must report exactly the same errors (see
+// agree for the inputs skipped). Seeds: the shipped templates, the broken
+// fixtures and the hand-made table of schemacheck_test.go.
+func FuzzSchemaAgreesWithLibrary(f *testing.F) {
+	seeds, _ := fs.Glob(Shipped(), "*.json")
+	for _, s := range seeds {
+		data, err := fs.ReadFile(Shipped(), s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	broken, _ := filepath.Glob(filepath.Join("testdata", "broken", "*.json"))
+	for _, s := range broken {
+		data, err := os.ReadFile(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	for _, tc := range schemaCases() {
+		if len(tc.data) < 4096 {
+			f.Add([]byte(tc.data))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		agree(t, data)
+	})
+}

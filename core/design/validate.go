@@ -9,11 +9,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-
-	"github.com/santhosh-tekuri/jsonschema/v6"
-	"github.com/santhosh-tekuri/jsonschema/v6/kind"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 )
 
 // MaxTemplateBytes is the largest template accepted from a file, the cache or
@@ -85,10 +80,7 @@ func (v Validator) check(file string, data []byte) (*Template, ValidationErrors)
 		// keeps this unreachable.
 		return nil, ValidationErrors{{File: file, Rule: "schema", Message: err.Error()}}
 	}
-	var errs ValidationErrors
-	if err := sch.Validate(doc); err != nil {
-		errs = append(errs, schemaErrors(file, err)...)
-	}
+	errs := sch.validate(file, doc)
 	errs = append(errs, v.goRules(file, doc)...)
 	if len(errs) > 0 {
 		return nil, errs
@@ -198,74 +190,7 @@ func goTypeName(k string) string {
 	return k
 }
 
-var printer = message.NewPrinter(language.English)
-
-// schemaErrors flattens a jsonschema error tree into one ValidationError per
-// leaf, pointing at the offending member: a missing or unknown field is
-// reported at its own path, not at its parent object.
-func schemaErrors(file string, err error) ValidationErrors {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return ValidationErrors{{File: file, Rule: "schema", Message: err.Error()}}
-	}
-	var out ValidationErrors
-	var walk func(e *jsonschema.ValidationError)
-	walk = func(e *jsonschema.ValidationError) {
-		if len(e.Causes) > 0 {
-			for _, c := range e.Causes {
-				walk(c)
-			}
-			return
-		}
-		out = append(out, leafErrors(file, e)...)
-	}
-	walk(ve)
-	return out
-}
-
-func leafErrors(file string, e *jsonschema.ValidationError) ValidationErrors {
-	at := jsonPointer(e.InstanceLocation)
-	mk := func(path, rule, msg string) ValidationError {
-		return ValidationError{File: file, Path: path, Rule: rule, Message: msg}
-	}
-	switch k := e.ErrorKind.(type) {
-	case *kind.Required:
-		var out ValidationErrors
-		for _, m := range k.Missing {
-			out = append(out, mk(at+"/"+escapePointer(m), "required", "missing required field"))
-		}
-		return out
-	case *kind.AdditionalProperties:
-		var out ValidationErrors
-		for _, p := range k.Properties {
-			out = append(out, mk(at+"/"+escapePointer(p), "additionalProperties", "unknown field"))
-		}
-		return out
-	case *kind.Enum:
-		want := make([]string, len(k.Want))
-		for i, w := range k.Want {
-			want[i] = fmt.Sprintf("%q", fmt.Sprint(w))
-		}
-		return ValidationErrors{mk(at, "enum", fmt.Sprintf("got %s, want one of %s", display(k.Got), strings.Join(want, ", ")))}
-	case *kind.Type:
-		return ValidationErrors{mk(at, "type", fmt.Sprintf("got %s, want %s", k.Got, strings.Join(k.Want, " or ")))}
-	case *kind.Minimum:
-		if k.Want.IsInt() && k.Want.Num().IsInt64() && k.Want.Num().Int64() == 1 {
-			return ValidationErrors{mk(at, "minimum", fmt.Sprintf("must be a positive integer, got %s", k.Got.RatString()))}
-		}
-		return ValidationErrors{mk(at, "minimum", fmt.Sprintf("must be at least %s, got %s", k.Want.RatString(), k.Got.RatString()))}
-	case *kind.Maximum:
-		return ValidationErrors{mk(at, "maximum", fmt.Sprintf("must be at most %s, got %s", k.Want.RatString(), k.Got.RatString()))}
-	case *kind.FalseSchema:
-		return ValidationErrors{mk(at, "not_allowed", "not allowed here")}
-	}
-	rule := "schema"
-	if kw := e.ErrorKind.KeywordPath(); len(kw) > 0 {
-		rule = kw[0]
-	}
-	return ValidationErrors{mk(at, rule, e.ErrorKind.LocalizedString(printer))}
-}
-
+// display shows a value in an enum error.
 func display(v any) string {
 	switch v := v.(type) {
 	case string:
@@ -281,17 +206,11 @@ func display(v any) string {
 	}
 }
 
-// jsonPointer builds an RFC 6901 pointer from reference tokens.
-func jsonPointer(tokens []string) string {
-	var b strings.Builder
-	for _, t := range tokens {
-		b.WriteByte('/')
-		b.WriteString(escapePointer(t))
-	}
-	return b.String()
-}
-
+// escapePointer escapes one RFC 6901 reference token.
 func escapePointer(t string) string {
+	if !strings.ContainsAny(t, "~/") {
+		return t
+	}
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(t)
 }
 

@@ -12,9 +12,18 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// The embedded schema loads with schemacheck.go, which refuses any keyword
+// it does not implement, and compiles with the reference library.
 func TestSchemaCompiles(t *testing.T) {
-	if _, err := compiledSchema(); err != nil {
+	sch, err := compiledSchema()
+	if err != nil {
 		t.Fatal(err)
+	}
+	if sch.types == nil || len(sch.properties) == 0 || len(sch.required) == 0 {
+		t.Errorf("schema loaded empty: %+v", sch)
+	}
+	if _, err := libSchema(); err != nil {
+		t.Fatalf("library: %v", err)
 	}
 }
 
