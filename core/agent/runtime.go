@@ -559,6 +559,7 @@ func (r *Runtime) remember(id string) {
 			delete(r.known, old)
 		}
 		s.RecentEventIDs = append([]string(nil), s.RecentEventIDs[over:]...)
+		s.RecentSeq += uint64(over)
 	}
 }
 

@@ -44,6 +44,9 @@ type Snapshot struct {
 	// snapshot loaded from JSON starts them at zero.
 	HistorySeq uint64 `json:"-"`
 	QueueSeq   uint64 `json:"-"`
+	// RecentSeq is the absolute position of RecentEventIDs[0] among all
+	// ids ever remembered, under the same promise.
+	RecentSeq uint64 `json:"-"`
 }
 
 // Memory is the agent's short-term memory: the bounded dialogue window and

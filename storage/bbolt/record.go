@@ -13,11 +13,13 @@ import (
 
 // Layout of one agent's file. Everything of the snapshot lives in one bucket
 // so that a Save dirties as few pages as possible; the key's first byte says
-// what the value is, and the prefixes sort so that the tail of the history,
-// the queue and the generation records are neighbours:
+// what the value is, and the prefixes sort so that the tail of each list and
+// the generation records are neighbours:
 //
 //	snapshot bucket
+//	  'e' + 8-byte big-endian key   one recent event id (its bytes), framed
 //	  'h' + 8-byte big-endian key   one history message (contract JSON), framed
+//	  'o' + 8-byte big-endian key   one outbox result (contract JSON), framed
 //	  'q' + 8-byte big-endian key   one queued event (contract JSON), framed
 //	  'r' + 8-byte big-endian gen   a generation record (see record), framed
 //	tasks bucket
@@ -26,7 +28,8 @@ import (
 //	  't' + 8-byte ms + 8-byte seq  the task_id finished then, framed
 //
 // The element keys are internal to this backend: a record maps them to the
-// kernel's positions (Snapshot.HistorySeq, QueueSeq), so that a history the
+// kernel's positions (Snapshot.HistorySeq, QueueSeq, RecentSeq, and the Seq
+// of the first result for the outbox), so that a history the
 // kernel replaced wholesale can be written under fresh keys while the
 // previous generation still points at the old ones.
 var (
@@ -35,7 +38,9 @@ var (
 )
 
 const (
+	prefixRecent  byte = 'e'
 	prefixHistory byte = 'h'
+	prefixOutbox  byte = 'o'
 	prefixQueue   byte = 'q'
 	prefixRecord  byte = 'r'
 
@@ -108,10 +113,11 @@ func keyNum(prefix byte, k []byte) (uint64, bool) {
 	return binary.BigEndian.Uint64(k[1:]), true
 }
 
-// listRange places one of the snapshot's lists (the history or the queue) in
-// the file: element i of the list is stored under key Start+i.
+// listRange places one of the snapshot's lists (the history, the queue, the
+// outbox or the recent event ids) in the file: element i of the list is
+// stored under key Start+i.
 type listRange struct {
-	Seq     uint64 // kernel position of element 0 (Snapshot.HistorySeq or QueueSeq)
+	Seq     uint64 // kernel position of element 0 (Snapshot.HistorySeq, QueueSeq, ...)
 	Start   uint64 // backend key of element 0
 	Count   uint64 // number of elements
 	LastSum uint32 // sum of the last element's payload; 0 when Count is 0
@@ -125,26 +131,34 @@ func (r listRange) end() uint64 { return r.Start + r.Count }
 const maxKey = math.MaxUint64 / 2
 
 // record is one generation of an agent's snapshot: the snapshot without its
-// history and queue, and where those are.
+// lists, and where those are.
 type record struct {
 	Gen     uint64
 	History listRange
 	Queue   listRange
+	Outbox  listRange
+	Recent  listRange
 	// TaskNext is one more than the highest Result.Seq indexed in the task
 	// index: results of the outbox with a Seq at least TaskNext are new.
 	TaskNext uint64
-	// Snap is the snapshot without history and queue. Only decodeRecord sets
-	// it; the per-agent cache leaves it nil.
+	// Snap is the snapshot without its lists. Only decodeRecord sets it; the
+	// per-agent cache leaves it nil.
 	Snap *agent.Snapshot
+	// inBody: the record is of version 1, whose body holds the outbox and
+	// the recent event ids (Outbox and Recent are empty).
+	inBody bool
 }
 
 const (
-	recordVersion = 1
+	recordVersion = 2
 	// recordHeader is the binary part of a record's payload: version, Gen,
-	// two listRanges and TaskNext. The contract JSON of the snapshot, without
-	// history and queue, follows it.
-	recordHeader = 1 + 8 + 2*rangeSize + 8
+	// four listRanges (history, queue, outbox, recent ids) and TaskNext. The
+	// contract JSON of the snapshot, without its lists, follows it.
+	recordHeader = 1 + 8 + 4*rangeSize + 8
 	rangeSize    = 8 + 8 + 8 + 4 + 1
+	// recordHeaderV1 is the header of version 1, which stored only the
+	// history and the queue as lists; it is still read.
+	recordHeaderV1 = 1 + 8 + 2*rangeSize + 8
 )
 
 // encodeRecord appends the framed record r, with body the contract JSON of
@@ -155,6 +169,8 @@ func encodeRecord(dst []byte, r *record, body []byte) []byte {
 	p = binary.BigEndian.AppendUint64(p, r.Gen)
 	p = appendRange(p, r.History)
 	p = appendRange(p, r.Queue)
+	p = appendRange(p, r.Outbox)
+	p = appendRange(p, r.Recent)
 	p = binary.BigEndian.AppendUint64(p, r.TaskNext)
 	p = append(p, body...)
 	return appendFrame(dst, key(prefixRecord, r.Gen), p)
@@ -208,41 +224,78 @@ func decodeRecord(k, value []byte) (*record, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(p) < recordHeader {
+	if len(p) < 1 {
+		return nil, fmt.Errorf("%w: empty record", errBadFrame)
+	}
+	header, ranges := recordHeader, 4
+	switch p[0] {
+	case recordVersion:
+	case 1:
+		header, ranges = recordHeaderV1, 2
+	default:
+		return nil, fmt.Errorf("%w: record version %d, this build reads 1 and %d", errBadFrame, p[0], recordVersion)
+	}
+	if len(p) < header {
 		return nil, fmt.Errorf("%w: record of %d bytes, shorter than its header", errBadFrame, len(p))
 	}
-	if p[0] != recordVersion {
-		return nil, fmt.Errorf("%w: record version %d, this build reads %d", errBadFrame, p[0], recordVersion)
-	}
-	r := &record{Gen: binary.BigEndian.Uint64(p[1:])}
+	r := &record{Gen: binary.BigEndian.Uint64(p[1:]), inBody: ranges == 2}
 	if r.Gen != gen {
 		return nil, fmt.Errorf("%w: record of generation %d stored as generation %d", errBadFrame, r.Gen, gen)
 	}
-	if r.History, err = readRange(p[9:]); err != nil {
-		return nil, fmt.Errorf("%w: history: %v", errBadFrame, err)
+	lists := []struct {
+		name string
+		r    *listRange
+	}{{"history", &r.History}, {"queue", &r.Queue}, {"outbox", &r.Outbox}, {"recent event ids", &r.Recent}}
+	for i, l := range lists[:ranges] {
+		if *l.r, err = readRange(p[9+i*rangeSize:]); err != nil {
+			return nil, fmt.Errorf("%w: %s: %v", errBadFrame, l.name, err)
+		}
 	}
-	if r.Queue, err = readRange(p[9+rangeSize:]); err != nil {
-		return nil, fmt.Errorf("%w: queue: %v", errBadFrame, err)
-	}
-	r.TaskNext = binary.BigEndian.Uint64(p[9+2*rangeSize:])
+	r.TaskNext = binary.BigEndian.Uint64(p[9+ranges*rangeSize:])
 	var s agent.Snapshot
-	if err := json.Unmarshal(p[recordHeader:], &s); err != nil {
+	if err := json.Unmarshal(p[header:], &s); err != nil {
 		return nil, fmt.Errorf("%w: snapshot JSON: %v", errBadFrame, err)
 	}
 	// The lists live under their own keys; the body has them empty.
 	if len(s.Memory.ShortTermHistory) != 0 || len(s.EventQueueBackup) != 0 {
 		return nil, fmt.Errorf("%w: record holds a history or a queue", errBadFrame)
 	}
+	if !r.inBody && (len(s.Outbox) != 0 || len(s.RecentEventIDs) != 0) {
+		return nil, fmt.Errorf("%w: record holds an outbox or recent event ids", errBadFrame)
+	}
 	s.Memory.ShortTermHistory, s.EventQueueBackup = nil, nil
 	s.HistorySeq, s.QueueSeq = r.History.Seq, r.Queue.Seq
+	if !r.inBody {
+		s.Outbox, s.RecentEventIDs = nil, nil
+		s.RecentSeq = r.Recent.Seq
+	}
 	r.Snap = &s
 	return r, nil
 }
 
-// recordBody returns the contract JSON of s without its history and queue.
+// recordBody returns the contract JSON of s without its lists.
 func recordBody(s *agent.Snapshot) ([]byte, error) {
 	bare := *s
 	bare.Memory.ShortTermHistory = nil
 	bare.EventQueueBackup = nil
+	bare.Outbox = nil
+	bare.RecentEventIDs = nil
 	return agent.Encode(&bare)
+}
+
+// outboxSeq returns the kernel position of the outbox's element 0: the Seq
+// of its first result, or NextResultSeq when it is empty. ok is false when
+// the results are not numbered one after the other (a result confirmed out
+// of order left a hole), and the outbox must then be written in full.
+func outboxSeq(s *agent.Snapshot) (seq uint64, ok bool) {
+	out := s.Outbox
+	if len(out) == 0 {
+		return s.NextResultSeq, true
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i].Seq != out[i-1].Seq+1 {
+			return 0, false
+		}
+	}
+	return out[0].Seq, true
 }

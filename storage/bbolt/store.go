@@ -130,8 +130,29 @@ type agentStore struct {
 // its lists, in order, so that the next Save can tell a continuation of the
 // lists from a replacement.
 type state struct {
-	rec         record
-	hist, queue []uint32
+	rec                         record
+	hist, queue, outbox, recent []uint32
+}
+
+// list returns the range and the sums of one of st's lists, what the next
+// Save continues: nil for a nil state, and for the outbox and the recent ids
+// of a version 1 record (its body held them), so that those are written in
+// full under fresh keys.
+func (st *state) list(prefix byte) (*listRange, []uint32) {
+	switch {
+	case st == nil:
+		return nil, nil
+	case prefix == prefixHistory:
+		return &st.rec.History, st.hist
+	case prefix == prefixQueue:
+		return &st.rec.Queue, st.queue
+	case st.rec.inBody:
+		return nil, nil
+	case prefix == prefixOutbox:
+		return &st.rec.Outbox, st.outbox
+	default:
+		return &st.rec.Recent, st.recent
+	}
 }
 
 // Open returns the store rooted at dir, creating the directory (0o750) if
@@ -345,23 +366,38 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 	st := &state{rec: record{Gen: top + 1}}
 	rec := &st.rec
 
-	var prevHist, prevQueue *listRange
-	var histSums, queueSums []uint32
-	if a.cache != nil {
-		prevHist, prevQueue = &a.cache.rec.History, &a.cache.rec.Queue
-		histSums, queueSums = a.cache.hist, a.cache.queue
-	}
+	prev := a.cache // nil when unknown: every list is written in full
 	hist := snap.Memory.ShortTermHistory
-	rec.History, st.hist, err = writeList(b, prefixHistory, prevHist, histSums, snap.HistorySeq, len(hist), hist == nil,
+	pr, ps := prev.list(prefixHistory)
+	rec.History, st.hist, err = writeList(b, prefixHistory, pr, ps, snap.HistorySeq, len(hist), hist == nil,
 		func(i int) ([]byte, error) { return json.Marshal(&hist[i]) })
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	queue := snap.EventQueueBackup
-	rec.Queue, st.queue, err = writeList(b, prefixQueue, prevQueue, queueSums, snap.QueueSeq, len(queue), queue == nil,
+	pr, ps = prev.list(prefixQueue)
+	rec.Queue, st.queue, err = writeList(b, prefixQueue, pr, ps, snap.QueueSeq, len(queue), queue == nil,
 		func(i int) ([]byte, error) { return json.Marshal(&queue[i]) })
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
+	}
+	out := snap.Outbox
+	pr, ps = prev.list(prefixOutbox)
+	outSeq, ok := outboxSeq(snap)
+	if !ok {
+		pr, ps = nil, nil // a hole: written in full under fresh keys
+	}
+	rec.Outbox, st.outbox, err = writeList(b, prefixOutbox, pr, ps, outSeq, len(out), out == nil,
+		func(i int) ([]byte, error) { return json.Marshal(&out[i]) })
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	ids := snap.RecentEventIDs
+	pr, ps = prev.list(prefixRecent)
+	rec.Recent, st.recent, err = writeList(b, prefixRecent, pr, ps, snap.RecentSeq, len(ids), ids == nil,
+		func(i int) ([]byte, error) { return []byte(ids[i]), nil })
+	if err != nil {
+		return nil, fmt.Errorf("recent event ids: %w", err)
 	}
 
 	if base != nil {
@@ -396,6 +432,12 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 			return nil, err
 		}
 		if err := deleteBelow(b, prefixQueue, min(base.Queue.Start, rec.Queue.Start), batch); err != nil {
+			return nil, err
+		}
+		if err := deleteBelow(b, prefixOutbox, min(base.Outbox.Start, rec.Outbox.Start), batch); err != nil {
+			return nil, err
+		}
+		if err := deleteBelow(b, prefixRecent, min(base.Recent.Start, rec.Recent.Start), batch); err != nil {
 			return nil, err
 		}
 	}
@@ -687,6 +729,30 @@ func readGeneration(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, *s
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("queue: %w", err)
+	}
+	if rec.inBody {
+		// Version 1: the body held them.
+		return snap, st, nil
+	}
+	if !rec.Outbox.Nil {
+		snap.Outbox = make([]agent.Result, 0, min(rec.Outbox.Count, 1<<16))
+	}
+	st.outbox, err = readList(b, prefixOutbox, rec.Outbox, func(p []byte) error {
+		snap.Outbox = append(snap.Outbox, agent.Result{})
+		return json.Unmarshal(p, &snap.Outbox[len(snap.Outbox)-1])
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("outbox: %w", err)
+	}
+	if !rec.Recent.Nil {
+		snap.RecentEventIDs = make([]string, 0, min(rec.Recent.Count, 1<<16))
+	}
+	st.recent, err = readList(b, prefixRecent, rec.Recent, func(p []byte) error {
+		snap.RecentEventIDs = append(snap.RecentEventIDs, string(p))
+		return nil
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("recent event ids: %w", err)
 	}
 	return snap, st, nil
 }
