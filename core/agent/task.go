@@ -1,10 +1,10 @@
 package agent
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Task is the task JSON of the transports (MQTT payload, HTTP body).
@@ -15,6 +15,8 @@ type Task struct {
 	ProjectID string          `json:"project_id,omitempty"`
 	SessionID string          `json:"session_id,omitempty"`
 	Deadline  string          `json:"deadline,omitempty"` // RFC 3339
+
+	raw []byte // the payload DecodeTask read
 }
 
 // Codes of TaskError, stable strings that HTTP answers and dead letters carry.
@@ -36,17 +38,19 @@ func (e *TaskError) Error() string { return e.Msg }
 
 // DecodeTask parses and checks one task. maxBytes bounds the payload
 // (0 means no bound). Unknown fields are ignored, so a hub may add its own.
+// The task keeps data (TaskEvent queues it as it came): the caller must not
+// change data afterwards.
 func DecodeTask(data []byte, maxBytes int) (*Task, error) {
 	if maxBytes > 0 && len(data) > maxBytes {
 		return nil, &TaskError{CodeTooLarge, fmt.Sprintf("task is %d bytes, the limit is %d", len(data), maxBytes)}
 	}
-	var t Task
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&t); err != nil {
-		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: " + err.Error()}
+	if !utf8.Valid(data) {
+		// JSON is UTF-8 (RFC 8259); decoding would replace what is not.
+		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: not UTF-8"}
 	}
-	if dec.More() {
-		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: trailing data after the object"}
+	var t Task
+	if err := json.Unmarshal(data, &t); err != nil {
+		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: " + err.Error()}
 	}
 	if t.TaskID == "" {
 		return nil, &TaskError{CodeMissingTaskID, "task has no task_id"}
@@ -62,14 +66,22 @@ func DecodeTask(data []byte, maxBytes int) (*Task, error) {
 	if len(t.Input) == 0 {
 		t.Input = json.RawMessage("null")
 	}
+	// Queued as it came: encoding the task again would cost as much as
+	// decoding it did.
+	t.raw = data
 	return &t, nil
 }
 
-// TaskEvent wraps a decoded task as a queue event from source.
+// TaskEvent wraps a decoded task as a queue event from source. The payload
+// is the task as DecodeTask received it (unknown fields included), or the
+// task encoded when it was built in Go.
 func TaskEvent(t *Task, source string, nowMs int64) (Event, error) {
-	payload, err := json.Marshal(t)
-	if err != nil {
-		return Event{}, err
+	payload := json.RawMessage(t.raw)
+	if payload == nil {
+		var err error
+		if payload, err = json.Marshal(t); err != nil {
+			return Event{}, err
+		}
 	}
 	return Event{Source: source, Type: "task", Payload: payload, ID: t.TaskID, ReceivedAt: nowMs}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestDecodeTask(t *testing.T) {
@@ -17,6 +18,8 @@ func TestDecodeTask(t *testing.T) {
 		{"not json", `{"task_id":`, 0, CodeBadJSON},
 		{"array", `[1]`, 0, CodeBadJSON},
 		{"trailing", `{"task_id":"t"} x`, 0, CodeBadJSON},
+		{"trailing bracket", `{"task_id":"t1"}]`, 0, CodeBadJSON},
+		{"not utf-8", "{\"task_id\":\"t1\",\"input\":\"a\xffb\"}", 0, CodeBadJSON},
 		{"missing id", `{"input":"x"}`, 0, CodeMissingTaskID},
 		{"path id", `{"task_id":"../../x"}`, 0, CodeBadTaskID},
 		{"too large", `{"task_id":"t1","input":"` + strings.Repeat("x", 100) + `"}`, 64, CodeTooLarge},
@@ -60,8 +63,49 @@ func FuzzDecodeTask(f *testing.F) {
 		if max > 0 && len(data) > max {
 			t.Fatal("accepted an oversized task")
 		}
-		if _, err := TaskEvent(task, "fuzz", 1); err != nil {
+		ev, err := TaskEvent(task, "fuzz", 1)
+		if err != nil {
 			t.Fatalf("accepted task does not become an event: %v", err)
 		}
+		// What is queued decodes to the same task, and is valid JSON in
+		// valid UTF-8 (every store can hold it).
+		again, err := DecodeTask(ev.Payload, 0)
+		if err != nil {
+			t.Fatalf("queued payload %q does not decode: %v", ev.Payload, err)
+		}
+		if again.TaskID != task.TaskID || again.Deadline != task.Deadline || !utf8.Valid(ev.Payload) {
+			t.Fatalf("queued payload %q is not the task %+v", ev.Payload, task)
+		}
 	})
+}
+
+// TestTaskEventPayload: a task is queued as it came (the hub's own fields
+// kept); one built in Go is encoded.
+func TestTaskEventPayload(t *testing.T) {
+	cases := []struct {
+		name, data, want string
+	}{
+		{"as sent", `{"task_id":"t1", "input":"hi", "hub_field":{"a":1}}`, `{"task_id":"t1", "input":"hi", "hub_field":{"a":1}}`},
+		{"no input", `{"task_id":"t1"}`, `{"task_id":"t1"}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			task, err := DecodeTask([]byte(tc.data), 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := TaskEvent(task, "mqtt", 5)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(ev.Payload) != tc.want || ev.ID != "t1" || ev.Source != "mqtt" || ev.Type != "task" || ev.ReceivedAt != 5 {
+				t.Fatalf("event = %+v (payload %s), want payload %s", ev, ev.Payload, tc.want)
+			}
+		})
+	}
+	// A task built in Go is encoded.
+	ev, err := TaskEvent(&Task{TaskID: "t2", Input: []byte(`"x"`)}, "http", 1)
+	if err != nil || string(ev.Payload) != `{"task_id":"t2","input":"x"}` {
+		t.Fatalf("TaskEvent = %s, %v", ev.Payload, err)
+	}
 }

@@ -34,6 +34,9 @@ func (r *Runtime) think(ev Event, history []Message) *outcome {
 			Error: "undecodable task payload: " + err.Error()}
 		return out
 	}
+	if len(task.Input) == 0 {
+		task.Input = json.RawMessage("null")
+	}
 	out.result = Result{TaskID: task.TaskID, Source: ev.Source}
 	out.messages = append(out.messages, Message{Role: "user", Content: clip(inputText(task.Input)), TaskID: task.TaskID})
 	fail := func(msg string) *outcome {

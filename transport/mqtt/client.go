@@ -140,6 +140,7 @@ func New(cfg Config) (*Client, error) {
 	if tc != nil {
 		o.SetTLSConfig(tc)
 	}
+	o.SetCustomOpenConnectionFn(opener(tc))
 	c.pc = paho.NewClient(o)
 	c.pc.AddRoute(c.topics.Tasks, c.onTask)
 	if !cfg.NoFleet {
