@@ -39,12 +39,13 @@ agent.`,
 			if !design.IsFile(f.template) {
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
+			f.mqtt.daemonChild = true
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
-			// The boot's garbage (template schema compilation, hydration)
-			// goes back to the OS once the agent idles, rather than when
-			// the scavenger gets to it: an idle agent keeps ~4 MiB private.
+			// The boot's garbage (the blueprint, hydration) goes back to
+			// the OS once the agent idles, rather than when the scavenger
+			// gets to it.
 			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
 			m := daemon.NewAgentMetrics(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,

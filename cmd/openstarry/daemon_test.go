@@ -24,6 +24,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // daemonConfig writes a configuration for a test daemon: HTTP on a free
@@ -575,4 +576,61 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("timed out waiting for %s", what)
+}
+
+// TestDaemonDeviceStatus: under the daemon, the device's retained status
+// is the daemon's: online with its running agents; an agent that stops
+// changes the list, not the device's state; the daemon killed leaves
+// offline (its last will) on a hub that outlives it.
+func TestDaemonDeviceStatus(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, "mqtt:\n  broker: "+m.URL()+"\n  device: dev1\n"))
+	c.waitLog("mqtt: connected to "+m.URL(), 10*time.Second)
+	topic := "openstarry/dev1/status"
+	retained := func(want ...string) func() bool {
+		return func() bool {
+			col := mqtttest.Collect(t, m.URL(), fmt.Sprintf("dst-%d", time.Now().UnixNano()), true, topic)
+			defer col.Client.Disconnect(10)
+			for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+				for _, msg := range col.Messages(topic) {
+					all := msg.Retained
+					for _, w := range want {
+						all = all && strings.Contains(string(msg.Payload), w)
+					}
+					if all {
+						return true
+					}
+				}
+			}
+			return false
+		}
+	}
+	mqtttest.WaitFor(t, 10*time.Second, "device online with the master", retained(`"state":"online"`, `"agents":["master"]`))
+
+	if out, code := runCLI(t, "agent", "stop", "master", "--data", data); code != 0 {
+		t.Fatalf("agent stop: %d\n%s", code, out)
+	}
+	mqtttest.WaitFor(t, 10*time.Second, "device online without agents", retained(`"state":"online"`, `"agents":[]`))
+
+	c.kill()
+	mqtttest.WaitFor(t, 10*time.Second, "device offline (the daemon's last will)",
+		retained(`"state":"offline"`, `"reason":"connection lost"`))
+}
+
+// TestDaemonConsoleLog: with --log-format console the agents' lines are
+// written in the console format too, not as the JSON they arrive in.
+func TestDaemonConsoleLog(t *testing.T) {
+	data := dataDir(t)
+	c := startChild(t, false, "start", "--config", daemonConfig(t, data, ""), "--log-format", "console")
+	c.waitLog("boot complete", 30*time.Second)
+	c.waitLog("starting agent", 10*time.Second)
+	for _, line := range strings.Split(c.logs(), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "{") {
+			t.Fatalf("a JSON line in the console log: %s", line)
+		}
+		if strings.Contains(line, "starting agent") && !strings.Contains(line, "agent=") {
+			t.Fatalf("the agent's line lacks its fields: %s", line)
+		}
+	}
 }

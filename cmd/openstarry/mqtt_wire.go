@@ -33,6 +33,9 @@ type mqttFlags struct {
 	fleetGroup   string
 	noFleet      bool
 	noMQTT       bool
+	// daemonChild: the agent runs under the daemon, which owns the
+	// device's status topic (set by `core`, not a flag).
+	daemonChild bool
 }
 
 // bindClient adds the flags every MQTT client needs.
@@ -110,7 +113,7 @@ func newMQTTWiring(f mqttFlags, agentID, dataDir string, maxTaskBytes int, log z
 	w := &mqttWiring{listen: f.brokerListen, dataDir: dataDir, log: log}
 	w.cfg = mqtt.Config{
 		Broker: f.broker, Device: device, Agent: agentID, TopicPrefix: f.prefix,
-		FleetGroup: f.fleetGroup, NoFleet: f.noFleet, Username: f.username, Password: f.password,
+		FleetGroup: f.fleetGroup, NoFleet: f.noFleet, NoDeviceStatus: f.daemonChild, Username: f.username, Password: f.password,
 		CAFile: f.ca, CertFile: f.cert, KeyFile: f.key, MaxTaskBytes: maxTaskBytes, Version: version, Log: log,
 	}
 	check := w.cfg

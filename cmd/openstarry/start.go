@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -20,6 +22,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/logx"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 )
@@ -100,9 +103,10 @@ directory, 1 on any other error.`,
 	rootCmd.AddCommand(cmd)
 }
 
-// runDaemon runs the daemon with its log on stderr.
+// runDaemon runs the daemon with its log, and its agents', on stderr in the
+// format of --log-format.
 func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
-	return runDaemonTo(ctx, cfg, log, os.Stderr)
+	return runDaemonTo(ctx, cfg, log, logx.Writer(os.Stderr, global.logFormat))
 }
 
 // runDaemonTo wires the concrete pieces into daemon.Run: the design layer
@@ -137,9 +141,12 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 
 // mqttInfra is the daemon's MQTT infrastructure plugin: in phase 1 it
 // starts the embedded broker (no hub configured) and connects the daemon's
-// own client, which publishes agent state changes (crashloop) retained on
-// {prefix}/{device}/agents/{agent}/state. The agents get the broker's URL
-// and the rest of mqtt.* as their flags.
+// own client, which owns the device's status topic ({prefix}/{device}/status:
+// online with the running agents, offline when the daemon stops, and
+// offline as its last will) and publishes agent state changes (crashloop)
+// retained on {prefix}/{device}/agents/{agent}/state. The agents get the
+// broker's URL and the rest of mqtt.* as their flags, and leave the status
+// topic alone.
 type mqttInfra struct {
 	cfg    config.MQTT
 	data   string
@@ -151,10 +158,13 @@ type mqttInfra struct {
 	url    string
 	client paho.Client
 	up     atomic.Bool
+
+	mu      sync.Mutex      // guards running
+	running map[string]bool // agents in state running, for the status topic
 }
 
 func newMQTTInfra(cfg *config.Config, log zerolog.Logger) (*mqttInfra, error) {
-	m := &mqttInfra{cfg: cfg.MQTT, data: cfg.Data, log: log}
+	m := &mqttInfra{cfg: cfg.MQTT, data: cfg.Data, log: log, running: map[string]bool{}}
 	if m.cfg.Disabled {
 		return m, nil
 	}
@@ -215,8 +225,13 @@ func (m *mqttInfra) connect() error {
 		SetClientID(mqtt.ClientID(m.device, "daemon")).
 		SetCleanSession(true).SetProtocolVersion(4).
 		SetAutoReconnect(true).SetConnectRetry(true).
-		SetConnectRetryInterval(2 * time.Second).SetMaxReconnectInterval(30 * time.Second).
-		SetOnConnectHandler(func(paho.Client) { m.up.Store(true) }).
+		SetConnectRetryInterval(2*time.Second).SetMaxReconnectInterval(30*time.Second).
+		SetBinaryWill(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device),
+			mqtt.StatusPayload("offline", m.device, version, nil, "connection lost", time.Now()), 1, true).
+		SetOnConnectHandler(func(paho.Client) {
+			m.up.Store(true)
+			m.publishStatus()
+		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			m.up.Store(false)
 			m.log.Warn().Err(err).Msg("daemon MQTT connection lost; reconnecting")
@@ -260,8 +275,29 @@ func (m *mqttInfra) AgentArgs(agentID, role string) (args, env []string) {
 	return args, env
 }
 
+// publishStatus publishes the device online, with its running agents,
+// retained, without waiting.
+func (m *mqttInfra) publishStatus() {
+	m.mu.Lock()
+	agents := make([]string, 0, len(m.running))
+	for id := range m.running {
+		agents = append(agents, id)
+	}
+	m.mu.Unlock()
+	slices.Sort(agents)
+	m.client.Publish(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
+		mqtt.StatusPayload("online", m.device, version, agents, "", time.Now()))
+}
+
+// Close marks the device offline (retained) and disconnects; the agents
+// have stopped by then.
 func (m *mqttInfra) Close() error {
 	if m.client != nil {
+		if m.client.IsConnectionOpen() {
+			tok := m.client.Publish(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
+				mqtt.StatusPayload("offline", m.device, version, nil, "stopped", time.Now()))
+			tok.WaitTimeout(2 * time.Second)
+		}
 		m.client.Disconnect(250)
 	}
 	if m.b != nil {
@@ -311,6 +347,17 @@ func (m *mqttInfra) publishState(a control.AgentInfo) {
 	b, _ := json.Marshal(agentState{Agent: a.ID, Role: a.Role, State: a.State, PID: a.PID, Restarts: a.Restarts,
 		LastError: a.LastError, Time: a.Since.UTC().Format(time.RFC3339)})
 	m.client.Publish(m.cfg.TopicPrefix+"/"+m.device+"/agents/"+a.ID+"/state", 1, true, b)
+	m.mu.Lock()
+	changed := m.running[a.ID] != (a.State == control.StateRunning)
+	if a.State == control.StateRunning {
+		m.running[a.ID] = true
+	} else {
+		delete(m.running, a.ID)
+	}
+	m.mu.Unlock()
+	if changed {
+		m.publishStatus()
+	}
 }
 
 func b2f(b bool) float64 {

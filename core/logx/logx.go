@@ -20,7 +20,20 @@ type Options struct {
 
 // New returns a logger writing to w.
 func New(w io.Writer, o Options) zerolog.Logger {
-	format := o.Format
+	w = Writer(w, o.Format)
+	lvl, err := zerolog.ParseLevel(strings.ToLower(o.Level))
+	if err != nil || o.Level == "" {
+		lvl = zerolog.InfoLevel
+	}
+	zerolog.TimeFieldFormat = time.RFC3339Nano
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// Writer returns what writes JSON log lines to w in format ("json",
+// "console", or "" for console on a terminal and JSON otherwise): w itself,
+// or a console writer in front of it. The daemon passes its agents' JSON
+// lines through it, so that they read like its own.
+func Writer(w io.Writer, format string) io.Writer {
 	if format == "" {
 		format = "json"
 		if f, ok := w.(*os.File); ok && (isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())) {
@@ -28,12 +41,7 @@ func New(w io.Writer, o Options) zerolog.Logger {
 		}
 	}
 	if format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		return zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
 	}
-	lvl, err := zerolog.ParseLevel(strings.ToLower(o.Level))
-	if err != nil || o.Level == "" {
-		lvl = zerolog.InfoLevel
-	}
-	zerolog.TimeFieldFormat = time.RFC3339Nano
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+	return w
 }

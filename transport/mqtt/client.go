@@ -112,7 +112,6 @@ func New(cfg Config) (*Client, error) {
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 
-	will, _ := json.Marshal(c.status("offline", "connection lost"))
 	o := paho.NewClientOptions().
 		AddBroker(u.String()).
 		SetClientID(ClientID(cfg.Device, cfg.Agent)).
@@ -128,11 +127,13 @@ func New(cfg Config) (*Client, error) {
 		SetConnectRetry(false). // the first attempt is synchronous (see Start)
 		SetAutoReconnect(true).
 		SetMaxReconnectInterval(cfg.MaxReconnectInterval).
-		SetBinaryWill(c.topics.Status, will, 1, true).
 		SetDefaultPublishHandler(c.onOther).
 		SetOnConnectHandler(c.onConnect).
 		SetConnectionLostHandler(c.onConnectionLost).
 		SetReconnectingHandler(c.onReconnecting)
+	if !cfg.NoDeviceStatus {
+		o.SetBinaryWill(c.topics.Status, c.status("offline", "connection lost"), 1, true)
+	}
 	if cfg.Username != "" {
 		o.SetUsername(cfg.Username)
 		o.SetPassword(cfg.Password)
@@ -357,8 +358,10 @@ func (c *Client) onConnect(pc paho.Client) {
 		}
 	}
 	c.subOnce.Do(func() { close(c.subscribed) })
-	payload, _ := json.Marshal(c.status("online", ""))
-	if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, payload), c.cfg.PublishTimeout); err != nil {
+	if c.cfg.NoDeviceStatus {
+		return
+	}
+	if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, c.status("online", "")), c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
 	}
 }
@@ -396,26 +399,36 @@ func (c *Client) nudge() {
 	}
 }
 
-// statusMsg is the retained payload of the status topic.
-type statusMsg struct {
+// StatusMessage is the retained payload of the device's status topic.
+type StatusMessage struct {
 	State   string   `json:"state"` // online, offline
 	Device  string   `json:"device"`
 	Version string   `json:"version,omitempty"`
 	Agents  []string `json:"agents"`
 	Reason  string   `json:"reason,omitempty"`
-	Time    string   `json:"time,omitempty"` // RFC 3339, when it was published (not in the will)
+	Time    string   `json:"time,omitempty"` // RFC 3339, when it was published (not in a will)
 }
 
-func (c *Client) status(state, reason string) statusMsg {
-	s := statusMsg{State: state, Device: c.cfg.Device, Version: c.cfg.Version, Agents: c.cfg.Agents, Reason: reason}
-	if state == "online" {
-		s.Time = c.cfg.Now().UTC().Format(time.RFC3339)
+// StatusPayload encodes a status message; an online one carries the time
+// now.
+func StatusPayload(state, device, version string, agents []string, reason string, now time.Time) []byte {
+	s := StatusMessage{State: state, Device: device, Version: version, Agents: agents, Reason: reason}
+	if s.Agents == nil {
+		s.Agents = []string{}
 	}
-	return s
+	if state == "online" {
+		s.Time = now.UTC().Format(time.RFC3339)
+	}
+	b, _ := json.Marshal(s)
+	return b
+}
+
+func (c *Client) status(state, reason string) []byte {
+	return StatusPayload(state, c.cfg.Device, c.cfg.Version, c.cfg.Agents, reason, c.cfg.Now())
 }
 
 // Close publishes the results still waiting until ctx ends, marks the
-// device offline (retained), and disconnects. It is safe to call more than
+// device offline (retained; unless NoDeviceStatus), and disconnects. It is safe to call more than
 // once, and before Start.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
@@ -431,10 +444,9 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.flush(ctx)
-	if c.pc.IsConnectionOpen() {
-		payload, _ := json.Marshal(c.status("offline", "stopped"))
+	if c.pc.IsConnectionOpen() && !c.cfg.NoDeviceStatus {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, payload), 2*time.Second)
+		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, c.status("offline", "stopped")), 2*time.Second)
 		cancel()
 	}
 	c.stop()

@@ -43,6 +43,10 @@ type Config struct {
 	// topic, default "openstarry". NoFleet leaves the fleet topic alone.
 	FleetGroup string
 	NoFleet    bool
+	// NoDeviceStatus leaves the device's status topic to its owner, the
+	// daemon: the client sets no last will there and publishes neither
+	// online nor offline. An agent run on its own owns it.
+	NoDeviceStatus bool
 
 	Username string
 	Password string
@@ -102,10 +106,13 @@ func TopicsFor(prefix, device, agentID, group string) Topics {
 		FleetShared: "$share/" + group + "/" + FleetTopic(prefix),
 		Results:     a + "results",
 		Progress:    a + "progress",
-		Status:      prefix + "/" + device + "/status",
+		Status:      StatusTopic(prefix, device),
 		DeadLetter:  prefix + "/" + device + "/deadletter",
 	}
 }
+
+// StatusTopic is the device's retained status topic.
+func StatusTopic(prefix, device string) string { return prefix + "/" + device + "/status" }
 
 // FleetTopic is the topic fleet tasks are published to.
 func FleetTopic(prefix string) string { return prefix + "/fleet/tasks" }
