@@ -121,9 +121,9 @@ func New(cfg Config) (*Client, error) {
 		SetAutoAckDisabled(true).
 		SetStore(c.store). // resumed publications keep their order
 		SetKeepAlive(cfg.KeepAlive).
-		SetPingTimeout(10*time.Second).
+		SetPingTimeout(10 * time.Second).
 		SetConnectTimeout(cfg.ConnectTimeout).
-		SetWriteTimeout(10*time.Second).
+		SetWriteTimeout(10 * time.Second).
 		SetConnectRetry(false). // the first attempt is synchronous (see Start)
 		SetAutoReconnect(true).
 		SetMaxReconnectInterval(cfg.MaxReconnectInterval).
