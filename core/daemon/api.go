@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -22,24 +23,60 @@ import (
 //	POST /v1/agents/{id}/stop     stop; stays stopped until restart
 //	POST /v1/manage               agent_manager: spawn, list, stop workers
 //
-// Every request needs the per-boot bearer token.
+// Every request needs a bearer token: the operator's (DATA/run/control.token,
+// made at each boot) allows everything; an agent's (handed to it alone in
+// its environment) allows status and agent_manager, acting as that agent
+// only: the workers it spawns report to it, and it stops only those.
 func (d *Daemon) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
 	})
-	mux.HandleFunc("POST /v1/agents/{id}/restart", d.handleRestart)
-	mux.HandleFunc("POST /v1/agents/{id}/stop", d.handleStop)
+	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
+	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
 	mux.HandleFunc("POST /v1/manage", d.handleManage)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(d.token)) != 1 {
+		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(d.token)) == 1 {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		id, isAgent := d.tokenAgent(got)
+		if !ok || !isAgent {
 			writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
 				Msg: "control API: missing or wrong token (DATA/run/control.token)"})
 			return
 		}
-		mux.ServeHTTP(w, r)
+		if h := r.Header.Get(control.HeaderAgent); h != "" && h != id {
+			d.log.Warn().Str("agent", id).Str("claimed", h).Msg("control API: an agent's token used in another agent's name; refused")
+			writeError(w, &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
+				Msg: fmt.Sprintf("control API: this token is agent %s's, not %s's", id, h)})
+			return
+		}
+		r.Header.Set(control.HeaderAgent, id)
+		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCaller{}, id)))
 	})
+}
+
+// agentCaller keys the id of the agent whose token a request carries; a
+// request with the operator's token has none.
+type agentCaller struct{}
+
+func callerAgent(r *http.Request) (string, bool) {
+	id, ok := r.Context().Value(agentCaller{}).(string)
+	return id, ok
+}
+
+// operatorOnly refuses h to agents' tokens.
+func operatorOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if id, ok := callerAgent(r); ok {
+			writeError(w, &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
+				Msg: fmt.Sprintf("control API: agent %s may not restart or stop agents; agent_manager stops the workers it spawned", id)})
+			return
+		}
+		h(w, r)
+	}
 }
 
 func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
@@ -120,6 +157,13 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 	case control.ActionList:
 		writeJSON(w, http.StatusOK, d.status(r.Context(), true).Agents)
 	case control.ActionStop:
+		if caller, ok := callerAgent(r); ok {
+			if m := d.member(req.AgentID); m != nil && m.getSpec().Requester != caller {
+				writeError(w, &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
+					Msg: fmt.Sprintf("worker %s was not spawned by %s", req.AgentID, caller)})
+				return
+			}
+		}
 		info, err := d.stopWorker(r.Context(), req.AgentID)
 		if err != nil {
 			writeError(w, err)

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
@@ -101,7 +102,7 @@ type Daemon struct {
 	rand     func() float64
 	httpc    *http.Client // to the agents' loopback APIs
 
-	token    string
+	token    string // the operator's: DATA/run/control.token
 	ctrlAddr string
 	httpAddr string
 	lock     *dirLock
@@ -122,6 +123,8 @@ type Daemon struct {
 	interrupted []control.Interruption
 	recover     map[string]bool
 	infraUp     []bool
+	agentTokens map[string]string // control token → the agent it was handed to
+	tokenOf     map[string]string // agent id → its control token
 }
 
 // Run boots the daemon and runs it until ctx ends, then stops every agent
@@ -500,7 +503,7 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 // kernel picks, JSON logs. The environment is the daemon's without any
 // OPENSTARRY_* variable, so that every setting an agent runs with is one the
 // daemon decided (flag > env > file > default was resolved here), plus the
-// control API's address and token.
+// control API's address and the agent's own token.
 func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 	lvl := strings.ToLower(d.cfg.Log.Level)
 	if l, err := zerolog.ParseLevel(lvl); err != nil || l > zerolog.InfoLevel {
@@ -519,7 +522,7 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, control.EnvAddr+"="+d.ctrlAddr, control.EnvToken+"="+d.token,
+	env = append(env, control.EnvAddr+"="+d.ctrlAddr, control.EnvToken+"="+d.agentToken(id),
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
 	for _, inf := range d.o.Infra {
 		a, e := inf.AgentArgs(id, role)
@@ -553,4 +556,29 @@ func (d *Daemon) deliverEvents() {
 			return
 		}
 	}
+}
+
+// agentToken returns the control token of agent id, made at its first
+// spawn and kept for the daemon's life. A request with it acts as that
+// agent and nothing else (see controlHandler).
+func (d *Daemon) agentToken(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if tok, ok := d.tokenOf[id]; ok {
+		return tok
+	}
+	if d.tokenOf == nil {
+		d.tokenOf, d.agentTokens = map[string]string{}, map[string]string{}
+	}
+	tok := crand.Text()
+	d.tokenOf[id], d.agentTokens[tok] = tok, id
+	return tok
+}
+
+// tokenAgent returns the agent a control token was handed to.
+func (d *Daemon) tokenAgent(tok string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id, ok := d.agentTokens[tok]
+	return id, ok
 }

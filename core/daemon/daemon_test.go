@@ -562,3 +562,72 @@ func TestInfrastructure(t *testing.T) {
 		t.Fatalf("%v closed=%v", err, inf.closed)
 	}
 }
+
+// TestAgentTokens: each agent gets its own control token; with it the
+// agent may read the status and manage its own workers, and nothing in
+// another's name.
+func TestAgentTokens(t *testing.T) {
+	e := startEnv(t, testConfig(t), testResolver(map[string]string{"master": masterWithManager}), nil)
+	ctx := context.Background()
+	tokenOf := func(id string) string {
+		e.l.mu.Lock()
+		defer e.l.mu.Unlock()
+		for _, spec := range e.l.launches {
+			if spec.AgentID != id {
+				continue
+			}
+			for _, kv := range spec.Env {
+				if tok, ok := strings.CutPrefix(kv, control.EnvToken+"="); ok {
+					return tok
+				}
+			}
+		}
+		t.Fatalf("no control token in %s's environment", id)
+		return ""
+	}
+	as := func(id string) *control.Client {
+		c, err := control.New(e.client.Addr(), tokenOf(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	master := as("master")
+	if tokenOf("master") == e.d.token {
+		t.Fatal("the master was handed the operator's token")
+	}
+	if _, err := master.Status(ctx); err != nil {
+		t.Fatalf("status with the master's token: %v", err)
+	}
+	if _, err := master.Restart(ctx, "master"); !isCode(err, control.CodeForbidden) {
+		t.Fatalf("restart with an agent's token: %v", err)
+	}
+	if _, err := master.Stop(ctx, "master"); !isCode(err, control.CodeForbidden) {
+		t.Fatalf("stop with an agent's token: %v", err)
+	}
+	spawn := control.AgentRequest{Action: control.ActionSpawn, Template: "worker", AgentID: "w1"}
+	if _, err := master.Manage(ctx, "w9", spawn); !isCode(err, control.CodeForbidden) {
+		t.Fatalf("spawn in another agent's name: %v", err)
+	}
+	if _, err := master.Manage(ctx, "master", spawn); err != nil {
+		t.Fatalf("spawn: %v", err)
+	}
+	e.waitState("w1", control.StateRunning)
+	if got := e.d.member("w1").getSpec().Requester; got != "master" {
+		t.Fatalf("w1's requester = %q", got)
+	}
+	// The worker may not stop itself or its siblings; its spawner may.
+	w1 := as("w1")
+	stop := control.AgentRequest{Action: control.ActionStop, AgentID: "w1"}
+	if _, err := w1.Manage(ctx, "w1", stop); !isCode(err, control.CodeForbidden) {
+		t.Fatalf("a worker stopping a worker it did not spawn: %v", err)
+	}
+	if _, err := master.Manage(ctx, "master", stop); err != nil {
+		t.Fatalf("the master stopping its worker: %v", err)
+	}
+	// The operator's token still does everything.
+	if _, err := e.client.Restart(ctx, "master"); err != nil {
+		t.Fatalf("restart with the operator's token: %v", err)
+	}
+}

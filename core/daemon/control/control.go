@@ -142,6 +142,7 @@ func (e *Error) Error() string { return e.Msg }
 // Error codes.
 const (
 	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden" // an agent's token, for what only the operator may do
 	CodeBadRequest   = "bad_request"
 	CodeUnknownAgent = "unknown_agent"
 	CodeConflict     = "conflict" // the agent id is already running
