@@ -14,22 +14,7 @@ import (
 // must survive an encode/decode round trip unchanged. The seed corpus (the
 // shipped templates and every broken fixture) runs in every go test.
 func FuzzDecodeTemplate(f *testing.F) {
-	seeds, _ := fs.Glob(Shipped(), "*.json")
-	for _, s := range seeds {
-		data, err := fs.ReadFile(Shipped(), s)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
-	broken, _ := filepath.Glob(filepath.Join("testdata", "broken", "*.json"))
-	for _, s := range broken {
-		data, err := os.ReadFile(s)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	addTemplateSeeds(f)
 	f.Add([]byte(`{"name":"a","version":"1.0.0","role":"worker","brain":{"provider":"echo"},"system_prompt":"","tools":[],"context_budget":{"max_messages":1e0}}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(``))
@@ -71,6 +56,21 @@ func FuzzDecodeTemplate(f *testing.F) {
 // agree for the inputs skipped). Seeds: the shipped templates, the broken
 // fixtures and the hand-made table of schemacheck_test.go.
 func FuzzSchemaAgreesWithLibrary(f *testing.F) {
+	addTemplateSeeds(f)
+	for _, tc := range schemaCases() {
+		if len(tc.data) < 4096 {
+			f.Add([]byte(tc.data))
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		agree(t, data)
+	})
+}
+
+// addTemplateSeeds adds the shipped templates and every broken fixture to
+// f's seed corpus.
+func addTemplateSeeds(f *testing.F) {
+	f.Helper()
 	seeds, _ := fs.Glob(Shipped(), "*.json")
 	for _, s := range seeds {
 		data, err := fs.ReadFile(Shipped(), s)
@@ -87,12 +87,4 @@ func FuzzSchemaAgreesWithLibrary(f *testing.F) {
 		}
 		f.Add(data)
 	}
-	for _, tc := range schemaCases() {
-		if len(tc.data) < 4096 {
-			f.Add([]byte(tc.data))
-		}
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		agree(t, data)
-	})
 }

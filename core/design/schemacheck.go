@@ -151,28 +151,11 @@ func (l *schemaLoader) keyword(n *schemaNode, kw string, v any, root bool) error
 		if !root {
 			return fmt.Errorf("$defs is only supported at the root of the schema")
 		}
-		var defs map[string]any
-		if defs, err = wantObject(kw, v); err != nil {
-			return err
-		}
-		for _, name := range slices.Sorted(maps.Keys(defs)) {
-			if l.defs[name], err = l.node(defs[name], at+"/"+escapePointer(name), false); err != nil {
-				return err
-			}
-		}
+		l.defs, err = l.nodes(kw, v, at)
 	case "type":
 		n.types, err = loadTypes(v)
 	case "properties":
-		var props map[string]any
-		if props, err = wantObject(kw, v); err != nil {
-			return err
-		}
-		n.properties = make(map[string]*schemaNode, len(props))
-		for _, name := range slices.Sorted(maps.Keys(props)) {
-			if n.properties[name], err = l.node(props[name], at+"/"+escapePointer(name), false); err != nil {
-				return err
-			}
-		}
+		n.properties, err = l.nodes(kw, v, at)
 	case "required":
 		n.required, err = loadRequired(v)
 	case "additionalProperties":
@@ -228,6 +211,22 @@ func (l *schemaLoader) keyword(n *schemaNode, kw string, v any, root bool) error
 		return fmt.Errorf("keyword %q is not supported: core/design/schemacheck.go implements only the keywords template.schema.json uses; implement it there (and test it against the library) before using it", kw)
 	}
 	return err
+}
+
+// nodes loads the object v of keyword kw (properties, $defs), found at
+// at: a schema per member, in the order of their names.
+func (l *schemaLoader) nodes(kw string, v any, at string) (map[string]*schemaNode, error) {
+	obj, err := wantObject(kw, v)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]*schemaNode, len(obj))
+	for _, name := range slices.Sorted(maps.Keys(obj)) {
+		if out[name], err = l.node(obj[name], at+"/"+escapePointer(name), false); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 func wantString(kw string, v any) error {

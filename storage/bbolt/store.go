@@ -710,38 +710,17 @@ func readGeneration(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, *s
 		return nil, nil, fmt.Errorf("record of agent %q", snap.AgentID)
 	}
 	st := &state{rec: *rec}
-	if !rec.History.Nil {
-		snap.Memory.ShortTermHistory = make([]agent.Message, 0, min(rec.History.Count, 1<<16))
-	}
-	st.hist, err = readList(b, prefixHistory, rec.History, func(p []byte) error {
-		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{})
-		return json.Unmarshal(p, &snap.Memory.ShortTermHistory[len(snap.Memory.ShortTermHistory)-1])
-	})
-	if err != nil {
+	if st.hist, err = readJSONList(b, prefixHistory, rec.History, &snap.Memory.ShortTermHistory); err != nil {
 		return nil, nil, fmt.Errorf("history: %w", err)
 	}
-	if !rec.Queue.Nil {
-		snap.EventQueueBackup = make([]agent.Event, 0, min(rec.Queue.Count, 1<<16))
-	}
-	st.queue, err = readList(b, prefixQueue, rec.Queue, func(p []byte) error {
-		snap.EventQueueBackup = append(snap.EventQueueBackup, agent.Event{})
-		return json.Unmarshal(p, &snap.EventQueueBackup[len(snap.EventQueueBackup)-1])
-	})
-	if err != nil {
+	if st.queue, err = readJSONList(b, prefixQueue, rec.Queue, &snap.EventQueueBackup); err != nil {
 		return nil, nil, fmt.Errorf("queue: %w", err)
 	}
 	if rec.inBody {
 		// Version 1: the body held them.
 		return snap, st, nil
 	}
-	if !rec.Outbox.Nil {
-		snap.Outbox = make([]agent.Result, 0, min(rec.Outbox.Count, 1<<16))
-	}
-	st.outbox, err = readList(b, prefixOutbox, rec.Outbox, func(p []byte) error {
-		snap.Outbox = append(snap.Outbox, agent.Result{})
-		return json.Unmarshal(p, &snap.Outbox[len(snap.Outbox)-1])
-	})
-	if err != nil {
+	if st.outbox, err = readJSONList(b, prefixOutbox, rec.Outbox, &snap.Outbox); err != nil {
 		return nil, nil, fmt.Errorf("outbox: %w", err)
 	}
 	if !rec.Recent.Nil {
@@ -755,6 +734,18 @@ func readGeneration(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, *s
 		return nil, nil, fmt.Errorf("recent event ids: %w", err)
 	}
 	return snap, st, nil
+}
+
+// readJSONList reads the list r of JSON elements into *list (nil when the
+// list was saved nil) and returns their sums.
+func readJSONList[T any](b *bolt.Bucket, prefix byte, r listRange, list *[]T) ([]uint32, error) {
+	if !r.Nil {
+		*list = make([]T, 0, min(r.Count, 1<<16))
+	}
+	return readList(b, prefix, r, func(p []byte) error {
+		*list = append(*list, *new(T))
+		return json.Unmarshal(p, &(*list)[len(*list)-1])
+	})
 }
 
 // readList checks and decodes the elements of r in order, and returns their
