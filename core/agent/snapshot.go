@@ -49,6 +49,24 @@ type Snapshot struct {
 	RecentSeq uint64 `json:"-"`
 }
 
+// OutboxSeq returns the position of Outbox[0] among all results, for a
+// backend that writes only what changed: the Seq of the first result, or
+// NextResultSeq when the outbox is empty. ok is false when the results are
+// not numbered one after the other (one confirmed out of order left a
+// hole); the outbox must then be written in full.
+func (s *Snapshot) OutboxSeq() (seq uint64, ok bool) {
+	out := s.Outbox
+	if len(out) == 0 {
+		return s.NextResultSeq, true
+	}
+	for i := 1; i < len(out); i++ {
+		if out[i].Seq != out[i-1].Seq+1 {
+			return 0, false
+		}
+	}
+	return out[0].Seq, true
+}
+
 // Memory is the agent's short-term memory: the bounded dialogue window and
 // the variables it holds.
 type Memory struct {

@@ -1,11 +1,8 @@
 package bbolt
 
 import (
-	"compress/gzip"
 	"encoding/json"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -21,28 +18,7 @@ import (
 // layout, and the old generation stays readable as the previous one.
 func TestVersion1File(t *testing.T) {
 	dir := t.TempDir()
-	gz, err := os.Open(filepath.Join("testdata", "v1-state.db.gz"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer gz.Close()
-	zr, err := gzip.NewReader(gz)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "v1agent"), 0o750); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "v1agent", "state.db"), os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(f, zr); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	storagetest.Gunzip(t, filepath.Join("testdata", "v1-state.db.gz"), filepath.Join(dir, "v1agent", "state.db"))
 
 	s := mustOpen(t, dir, Options{})
 	got, err := s.Load(ctx, "v1agent")

@@ -282,20 +282,3 @@ func recordBody(s *agent.Snapshot) ([]byte, error) {
 	bare.RecentEventIDs = nil
 	return agent.Encode(&bare)
 }
-
-// outboxSeq returns the kernel position of the outbox's element 0: the Seq
-// of its first result, or NextResultSeq when it is empty. ok is false when
-// the results are not numbered one after the other (a result confirmed out
-// of order left a hole), and the outbox must then be written in full.
-func outboxSeq(s *agent.Snapshot) (seq uint64, ok bool) {
-	out := s.Outbox
-	if len(out) == 0 {
-		return s.NextResultSeq, true
-	}
-	for i := 1; i < len(out); i++ {
-		if out[i].Seq != out[i-1].Seq+1 {
-			return 0, false
-		}
-	}
-	return out[0].Seq, true
-}

@@ -383,7 +383,7 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 	}
 	out := snap.Outbox
 	pr, ps = prev.list(prefixOutbox)
-	outSeq, ok := outboxSeq(snap)
+	outSeq, ok := snap.OutboxSeq()
 	if !ok {
 		pr, ps = nil, nil // a hole: written in full under fresh keys
 	}

@@ -20,22 +20,27 @@
 //
 //	agents      (agent_id, gen, task_seq, task_count)   one row per agent
 //	generations (agent_id, gen, record)                 the last two generations
-//	elements    (agent_id, list, seq, data)             history and queue elements
+//	elements    (agent_id, list, seq, data)             list elements: 0 history, 1 queue,
+//	                                                    2 outbox, 3 recent event ids
 //	tasks       (agent_id, task_id, seq, indexed_at, result)  the task index
 //
 // A generation record (see internal/record) is the contract JSON of the snapshot with
-// short_term_history and event_queue_backup emptied, plus, for each of the two
-// lists, the range of element rows that hold it and the checksum of its last
-// element, all behind a CRC-32C. Each element row holds one message or event as
-// JSON behind its own CRC-32C.
+// short_term_history and event_queue_backup emptied and outbox and
+// recent_event_ids left out, plus, for each of the four lists, the range of
+// element rows that hold it and the checksum of its last element, all behind a
+// CRC-32C. Each element row holds one message, event, result or id as JSON
+// behind its own CRC-32C. Records written before the outbox and the recent ids
+// became lists hold them inline; they load, and the next Save moves them.
 //
 // # Cost of a Save
 //
-// A Save does not rewrite the history. The kernel only appends to
-// short_term_history and event_queue_backup and drops from their fronts, and
-// Snapshot.HistorySeq and QueueSeq give the absolute position of element 0.
+// A Save does not rewrite the history, nor the results waiting for the hub.
+// The kernel only appends to its lists and drops from their fronts, and
+// Snapshot.HistorySeq, QueueSeq, RecentSeq and OutboxSeq give the absolute
+// position of element 0 (a result confirmed out of order leaves a hole in the
+// outbox's numbering, and the outbox is then written in full once).
 // The store caches, per agent, the spans it saved or loaded last and a
-// shallow copy of the two lists (their strings shared with the kernel's, so
+// shallow copy of the lists (their strings shared with the kernel's, so
 // comparing an element is mostly a pointer check). A Save whose list is the
 // cached one with elements dropped from the front and appended at the back
 // (the seqs say how many, and every element the two share compares equal)

@@ -32,10 +32,12 @@ func init() {
 	})
 }
 
-// The two lists of a snapshot, as the elements.list column names them.
+// The lists of a snapshot, as the elements.list column names them.
 const (
 	listHistory = 0 // Memory.ShortTermHistory
 	listQueue   = 1 // EventQueueBackup
+	listOutbox  = 2 // Outbox
+	listRecent  = 3 // RecentEventIDs
 )
 
 // maxOpenConns bounds the pool; every connection holds its own page cache,
@@ -81,12 +83,17 @@ type cacheEntry struct {
 	gen     uint64
 	history record.Span
 	queue   record.Span
+	// outbox and recent are nil for a generation of the first record
+	// format, which kept the outbox and the recent ids inline.
+	outbox, recent *record.Span
 	// hist and events are shallow copies of the lists of generation gen
 	// (their strings shared with the caller's snapshot), nil when unknown.
 	// A Save appends to a list only when the elements it keeps compare
 	// equal to these; comparing shared strings costs a pointer check each.
-	hist   []agent.Message
-	events []agent.Event
+	hist    []agent.Message
+	events  []agent.Event
+	results []agent.Result
+	ids     []string
 	// lists is false when the entry knows where the lists are but not
 	// what they hold (read from a record): the next Save writes both in
 	// full.
@@ -98,13 +105,15 @@ type cacheEntry struct {
 	damaged bool
 }
 
-// newEntry returns the cache entry of a generation whose lists are those of
-// snap.
-func newEntry(gen uint64, h, q record.Span, snap *agent.Snapshot) *cacheEntry {
+// newEntry returns the cache entry of the generation rec, whose lists are
+// those of snap.
+func newEntry(rec *record.Record, snap *agent.Snapshot) *cacheEntry {
 	return &cacheEntry{
-		gen: gen, history: h, queue: q, lists: true,
-		hist:   slices.Clone(snap.Memory.ShortTermHistory),
-		events: slices.Clone(snap.EventQueueBackup),
+		gen: rec.Gen, history: rec.History, queue: rec.Queue, outbox: rec.Outbox, recent: rec.Recent, lists: true,
+		hist:    slices.Clone(snap.Memory.ShortTermHistory),
+		events:  slices.Clone(snap.EventQueueBackup),
+		results: slices.Clone(snap.Outbox),
+		ids:     slices.Clone(snap.RecentEventIDs),
 	}
 }
 
@@ -273,14 +282,21 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, cach
 			return nil, err
 		}
 		if r, _, derr := record.Decode(blob); err == nil && derr == nil {
-			prev = &cacheEntry{gen: r.Gen, history: r.History, queue: r.Queue}
+			prev = &cacheEntry{gen: r.Gen, history: r.History, queue: r.Queue, outbox: r.Outbox, recent: r.Recent}
 		}
 	}
-	var hPrev, qPrev *record.Span
+	var hPrev, qPrev, oPrev, rPrev *record.Span
 	var hOld []agent.Message
 	var qOld []agent.Event
+	var oOld []agent.Result
+	var rOld []string
 	if prev != nil && prev.lists {
 		hPrev, qPrev, hOld, qOld = &prev.history, &prev.queue, prev.hist, prev.events
+		oPrev, rPrev, oOld, rOld = prev.outbox, prev.recent, prev.results, prev.ids
+	}
+	oSeq, ok := snap.OutboxSeq()
+	if !ok {
+		oPrev = nil // a hole in the numbering: written in full
 	}
 
 	h, q := snap.Memory.ShortTermHistory, snap.EventQueueBackup
@@ -292,16 +308,26 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, cach
 	if err != nil {
 		return nil, fmt.Errorf("event_queue_backup: %w", err)
 	}
-	next := newEntry(curGen+1, hSpan, qSpan, snap)
+	oSpan, err := writeList(ctx, tx, id, listOutbox, oPrev, oOld, oSeq, snap.Outbox, eqResult)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: %w", err)
+	}
+	rSpan, err := writeList(ctx, tx, id, listRecent, rPrev, rOld, snap.RecentSeq, snap.RecentEventIDs,
+		func(a, b *string) bool { return *a == *b })
+	if err != nil {
+		return nil, fmt.Errorf("recent_event_ids: %w", err)
+	}
 
 	meta, err := record.MetaOf(snap)
 	if err != nil {
 		return nil, err
 	}
-	blob, err := record.Encode(&record.Record{Gen: next.gen, History: next.history, Queue: next.queue, Meta: meta})
+	rec := &record.Record{Gen: curGen + 1, History: hSpan, Queue: qSpan, Outbox: &oSpan, Recent: &rSpan, Meta: meta}
+	blob, err := record.Encode(rec)
 	if err != nil {
 		return nil, err
 	}
+	next := newEntry(rec, snap)
 	if _, err := tx.ExecContext(ctx, `INSERT INTO generations (agent_id, gen, record) VALUES (?, ?, ?)`,
 		id, next.gen, blob); err != nil {
 		return nil, err
@@ -315,10 +341,17 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, cach
 		if _, err := tx.ExecContext(ctx, `DELETE FROM generations WHERE agent_id = ? AND gen < ?`, id, prev.gen); err != nil {
 			return nil, err
 		}
-		for _, d := range []struct {
+		type drop struct {
 			list int
 			key  int64
-		}{{listHistory, min(prev.history.Key, next.history.Key)}, {listQueue, min(prev.queue.Key, next.queue.Key)}} {
+		}
+		drops := []drop{{listHistory, min(prev.history.Key, next.history.Key)}, {listQueue, min(prev.queue.Key, next.queue.Key)}}
+		if prev.outbox != nil {
+			// A generation of the first format has no rows of these lists.
+			drops = append(drops, drop{listOutbox, min(prev.outbox.Key, next.outbox.Key)},
+				drop{listRecent, min(prev.recent.Key, next.recent.Key)})
+		}
+		for _, d := range drops {
 			if _, err := tx.ExecContext(ctx, `DELETE FROM elements WHERE agent_id = ? AND list = ? AND seq < ?`,
 				id, d.list, d.key); err != nil {
 				return nil, err
@@ -402,6 +435,14 @@ func writeList[T any](ctx context.Context, tx *sql.Tx, id string, list int, prev
 }
 
 func eqMessage(a, b *agent.Message) bool { return *a == *b }
+
+// eqResult compares every field of agent.Result; TestEqResultCoversEveryField
+// fails when the struct gains one.
+func eqResult(a, b *agent.Result) bool {
+	return a.Seq == b.Seq && a.TaskID == b.TaskID && a.AgentID == b.AgentID && a.Status == b.Status &&
+		a.Error == b.Error && a.TickIndex == b.TickIndex && a.Source == b.Source && a.FinishedAt == b.FinishedAt &&
+		bytes.Equal(a.Output, b.Output)
+}
 
 // eqEvent compares every field of agent.Event; TestEqEventCoversEveryField
 // fails when the struct gains one.
@@ -535,7 +576,7 @@ func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEnt
 				Msg("sqlite: stored generation is damaged, trying the previous one")
 			continue
 		}
-		e := newEntry(rec.Gen, rec.History, rec.Queue, snap)
+		e := newEntry(rec, snap)
 		if g.gen != newest || len(problems) > 0 {
 			s.log.Warn().Str("agent", id).Uint64("gen", g.gen).Uint64("newest", newest).Str("path", s.path).
 				Msg("sqlite: loaded an older generation; the newest one is damaged or missing")
@@ -571,6 +612,23 @@ func loadGeneration(ctx context.Context, tx *sql.Tx, id string, g stored) (*agen
 			return nil, nil, fmt.Errorf("event_queue_backup: %w", err)
 		}
 		snap.EventQueueBackup = q
+	}
+	if rec.Outbox != nil {
+		if rec.Outbox.N > 0 {
+			o := make([]agent.Result, rec.Outbox.N)
+			if err := readList(ctx, tx, id, listOutbox, *rec.Outbox, func(i int) any { return &o[i] }); err != nil {
+				return nil, nil, fmt.Errorf("outbox: %w", err)
+			}
+			snap.Outbox = o
+		}
+		if rec.Recent.N > 0 {
+			ids := make([]string, rec.Recent.N)
+			if err := readList(ctx, tx, id, listRecent, *rec.Recent, func(i int) any { return &ids[i] }); err != nil {
+				return nil, nil, fmt.Errorf("recent_event_ids: %w", err)
+			}
+			snap.RecentEventIDs = ids
+		}
+		snap.RecentSeq = rec.Recent.Seq
 	}
 	snap.HistorySeq = rec.History.Seq
 	snap.QueueSeq = rec.Queue.Seq

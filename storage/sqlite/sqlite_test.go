@@ -162,8 +162,9 @@ func (w *window) step(add int) *agent.Snapshot {
 func mustEqual(t *testing.T, got, want *agent.Snapshot) {
 	t.Helper()
 	storagetest.MustEqual(t, got, want)
-	if got.HistorySeq != want.HistorySeq || got.QueueSeq != want.QueueSeq {
-		t.Fatalf("seqs = %d/%d, want %d/%d", got.HistorySeq, got.QueueSeq, want.HistorySeq, want.QueueSeq)
+	if got.HistorySeq != want.HistorySeq || got.QueueSeq != want.QueueSeq || got.RecentSeq != want.RecentSeq {
+		t.Fatalf("seqs = %d/%d/%d, want %d/%d/%d", got.HistorySeq, got.QueueSeq, got.RecentSeq,
+			want.HistorySeq, want.QueueSeq, want.RecentSeq)
 	}
 }
 
@@ -234,11 +235,11 @@ func TestRandomEdits(t *testing.T) {
 		next++
 		return agent.Event{Source: "mqtt", Type: "task", ID: fmt.Sprint(next), Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, next))}
 	}
-	for i := 0; i < 400; i++ {
+	for i := 0; i < 500; i++ {
 		snap = snap.Clone()
 		snap.TickIndex++
 		h := snap.Memory.ShortTermHistory
-		switch op := rng.IntN(20); {
+		switch op := rng.IntN(25); {
 		case op < 10: // append and drop, as the kernel does
 			for n := rng.IntN(4); n > 0; n-- {
 				h = append(h, msg())
@@ -274,8 +275,34 @@ func TestRandomEdits(t *testing.T) {
 				t.Fatal(err)
 			}
 			s = openStore(t, dir, Options{})
-		default: // jump ahead
+		case op < 20: // jump ahead
 			snap.HistorySeq += 1000
+		case op < 23: // results arrive and are confirmed, mostly in order
+			if snap.NextResultSeq == 0 {
+				snap.NextResultSeq = 1
+			}
+			for n := rng.IntN(3); n > 0; n-- {
+				next++
+				snap.Outbox = append(snap.Outbox, agent.Result{Seq: snap.NextResultSeq, TaskID: fmt.Sprint(next),
+					AgentID: "random", Status: agent.ResultDone, Output: json.RawMessage(fmt.Sprintf(`"r%d"`, next))})
+				snap.NextResultSeq++
+			}
+			if o := snap.Outbox; len(o) > 0 {
+				i := 0
+				if rng.IntN(4) == 0 {
+					i = rng.IntN(len(o)) // out of order: a hole
+				}
+				snap.Outbox = append(o[:i:i], o[i+1:]...)
+			}
+		default: // recent event ids slide
+			for n := 1 + rng.IntN(3); n > 0; n-- {
+				next++
+				snap.RecentEventIDs = append(snap.RecentEventIDs, fmt.Sprint(next))
+			}
+			if d := rng.IntN(len(snap.RecentEventIDs)/2 + 1); d > 0 {
+				snap.RecentEventIDs = snap.RecentEventIDs[d:]
+				snap.RecentSeq += uint64(d)
+			}
 		}
 		snap.Memory.ShortTermHistory = h
 		if err := s.Save(ctx, snap); err != nil {
@@ -613,6 +640,102 @@ func TestPruneIsBounded(t *testing.T) {
 	if n := count(t, s, `SELECT COUNT(*) FROM tasks WHERE agent_id = 'bulk'`); n != 500-backend.PruneBatch {
 		t.Fatalf("one Save pruned to %d rows, want %d (a bounded batch)", n, 500-backend.PruneBatch)
 	}
+}
+
+func TestEqResultCoversEveryField(t *testing.T) {
+	if n := reflect.TypeFor[agent.Result]().NumField(); n != 9 {
+		t.Fatalf("agent.Result has %d fields; eqResult compares 9: update it", n)
+	}
+}
+
+// TestOutboxWritesOnlyTheChange: with 2,000 results waiting for the hub, a
+// Save that adds one result writes one outbox row, not 2,001.
+func TestOutboxWritesOnlyTheChange(t *testing.T) {
+	s := openStore(t, t.TempDir(), Options{})
+	snap := agent.New("backlog", 1)
+	snap.NextResultSeq = 1
+	add := func() {
+		snap.Outbox = append(snap.Outbox, agent.Result{Seq: snap.NextResultSeq, TaskID: fmt.Sprintf("t%d", snap.NextResultSeq),
+			AgentID: "backlog", Status: agent.ResultDone, Output: json.RawMessage(`"` + strings.Repeat("o", 900) + `"`)})
+		snap.RecentEventIDs = append(snap.RecentEventIDs, fmt.Sprintf("t%d", snap.NextResultSeq))
+		snap.NextResultSeq++
+	}
+	for range 2000 {
+		add()
+	}
+	if err := s.Save(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	maxKey := func(list int) int64 {
+		return count(t, s, fmt.Sprintf(`SELECT MAX(seq) FROM elements WHERE agent_id = 'backlog' AND list = %d`, list))
+	}
+	outBefore, idsBefore := maxKey(listOutbox), maxKey(listRecent)
+	for range 10 {
+		snap.TickIndex++
+		add()
+		if err := s.Save(ctx, snap); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := maxKey(listOutbox); got != outBefore+10 {
+		t.Fatalf("10 saves of one new result moved the last outbox key from %d to %d, want +10", outBefore, got)
+	}
+	if got := maxKey(listRecent); got != idsBefore+10 {
+		t.Fatalf("10 saves of one new id moved the last key from %d to %d, want +10", idsBefore, got)
+	}
+	// Confirmed from the front: the rows go, nothing is rewritten.
+	snap.Outbox = snap.Outbox[5:]
+	if err := s.Save(ctx, snap); err != nil {
+		t.Fatal(err)
+	}
+	if got := maxKey(listOutbox); got != outBefore+10 {
+		t.Fatalf("confirming moved the last outbox key to %d", got)
+	}
+	got, err := s.Load(ctx, "backlog")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, got, snap)
+}
+
+// TestFirstFormatDatabase loads a database written by the version that kept
+// the outbox and the recent event ids inline in the generation record
+// (testdata/v1-state.db.gz), saves over it twice and loads again.
+func TestFirstFormatDatabase(t *testing.T) {
+	dir := t.TempDir()
+	storagetest.Gunzip(t, filepath.Join("testdata", "v1-state.db.gz"), dbPath(dir))
+	s := openStore(t, dir, Options{})
+	got, err := s.Load(ctx, "v1agent")
+	if err != nil || got == nil {
+		t.Fatalf("Load = %v, %v", got, err)
+	}
+	if len(got.Outbox) != 2 || got.Outbox[1].TaskID != "t2" || len(got.RecentEventIDs) != 3 ||
+		len(got.EventQueueBackup) != 1 || len(got.Memory.ShortTermHistory) != 2 || got.NextResultSeq != 3 {
+		js, _ := agent.Encode(got)
+		t.Fatalf("first-format snapshot loaded as %s", js)
+	}
+	next := got.Clone()
+	next.Outbox = append(next.Outbox[1:], agent.Result{Seq: 3, TaskID: "t3", AgentID: "v1agent", Status: agent.ResultDone, TickIndex: 8})
+	next.NextResultSeq, next.TickIndex = 4, 8
+	next.EventQueueBackup = next.EventQueueBackup[1:]
+	next.QueueSeq++
+	next.RecentEventIDs = append(next.RecentEventIDs, "t4")
+	for range 2 {
+		next = next.Clone()
+		next.TickIndex++
+		if err := s.Save(ctx, next); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := openStore(t, dir, Options{})
+	loaded, err := again.Load(ctx, "v1agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, loaded, next)
 }
 
 func TestEqEventCoversEveryField(t *testing.T) {

@@ -33,12 +33,15 @@ type Span struct {
 // End is the first key after the span.
 func (s Span) End() int64 { return s.Key + s.N }
 
-// Record is one generation of one agent: the snapshot without its two lists,
-// and where the lists are.
+// Record is one generation of one agent: the snapshot without its lists,
+// and where the lists are. Outbox and Recent (the recent event ids) are nil
+// in records of the first format, whose Meta holds them inline.
 type Record struct {
 	Gen     uint64          `json:"gen"`
 	History Span            `json:"history"`
 	Queue   Span            `json:"queue"`
+	Outbox  *Span           `json:"outbox,omitempty"`
+	Recent  *Span           `json:"recent,omitempty"`
 	Meta    json.RawMessage `json:"snapshot"` // contract JSON, lists emptied ([] or null)
 }
 
@@ -70,10 +73,13 @@ func Decode(b []byte) (*Record, *agent.Snapshot, error) {
 	if dec.More() {
 		return nil, nil, errors.New("record: trailing data")
 	}
-	for _, sp := range []Span{r.History, r.Queue} {
-		if sp.Key < 0 || sp.N < 0 || sp.End() < sp.Key {
+	for _, sp := range []*Span{&r.History, &r.Queue, r.Outbox, r.Recent} {
+		if sp != nil && (sp.Key < 0 || sp.N < 0 || sp.End() < sp.Key) {
 			return nil, nil, fmt.Errorf("record: bad element range %d+%d", sp.Key, sp.N)
 		}
+	}
+	if (r.Outbox == nil) != (r.Recent == nil) {
+		return nil, nil, errors.New("record: one of outbox and recent ids stored apart")
 	}
 	s, err := agent.Decode(r.Meta)
 	if err != nil {
@@ -87,14 +93,19 @@ func Decode(b []byte) (*Record, *agent.Snapshot, error) {
 	if s.Memory.ShortTermHistory == nil && r.History.N != 0 || s.EventQueueBackup == nil && r.Queue.N != 0 {
 		return nil, nil, errors.New("record: a null list with elements")
 	}
+	if r.Outbox != nil && (len(s.Outbox) != 0 || len(s.RecentEventIDs) != 0) {
+		return nil, nil, errors.New("record: outbox or recent ids stored inline and apart")
+	}
 	return &r, s, nil
 }
 
-// MetaOf returns the contract JSON of s with both lists emptied: [] for a
-// list that is present, null for a nil one, so that Load gives back the very
-// same JSON.
+// MetaOf returns the contract JSON of s with its lists emptied: [] for a
+// history or queue that is present, null for a nil one, so that Load gives
+// back the very same JSON; the outbox and the recent ids (omitted when
+// empty) are left out.
 func MetaOf(s *agent.Snapshot) ([]byte, error) {
 	c := *s
+	c.Outbox, c.RecentEventIDs = nil, nil
 	if c.Memory.ShortTermHistory != nil {
 		c.Memory.ShortTermHistory = []agent.Message{}
 	}
