@@ -4,7 +4,7 @@ BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
 
-.PHONY: build run test bench lint matrix clean
+.PHONY: build run test torture bench lint matrix clean
 
 build:
 	./build.sh host
@@ -17,6 +17,11 @@ run: build
 test:
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m ./...
+
+# The crash tests at length: 3,000 tasks through 150 SIGKILLs over MQTT
+# (make test runs 200 through 12).
+torture:
+	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery' -v -timeout 60m ./cmd/openstarry/
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
 # fdatasync, Save latency and bytes per backend, end-to-end ticks per second.

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+// TestMQTTCrashRecovery: a hub publishes tasks that each append a line,
+// while the agent is SIGKILLed at random instants and restarted. Every task
+// published gets a result, no tool runs twice, and a result published more
+// than once is the same execution (same tick). With OPENSTARRY_TORTURE set
+// (make torture) it runs 3,000 tasks through 150 kills.
+func TestMQTTCrashRecovery(t *testing.T) {
+	tasks, kills := 200, 12
+	if os.Getenv("OPENSTARRY_TORTURE") != "" {
+		tasks, kills = 3000, 150
+	}
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"max_queued_messages 0"}})
+	data := t.TempDir()
+	const agentID = "mc"
+	col := mqtttest.Collect(t, m.URL(), "observer-crash", false, resultsTopic(agentID))
+	c := runAgentMQTT(t, agentID, data, "--broker", m.URL())
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("%d tasks, %d kills, seed %d", tasks, kills, seed)
+
+	// The hub: bursts of tasks with short pauses, whatever the agent does.
+	pub := mqttPublisher(t, m.URL())
+	published := make(chan error, 1)
+	go func() {
+		rng := rand.New(rand.NewPCG(seed, 1))
+		for i := range tasks {
+			tok := pub.Publish(tasksTopic(agentID), 1, false, appendTask(fmt.Sprintf("task-%04d", i), "tasks.log"))
+			if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+				published <- fmt.Errorf("publish task %d: %v", i, tok.Error())
+				return
+			}
+			if i%2 == 1 {
+				time.Sleep(time.Duration(rng.IntN(10)) * time.Millisecond)
+			}
+		}
+		published <- nil
+	}()
+
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for range kills {
+		time.Sleep(time.Duration(5+rng.IntN(80)) * time.Millisecond)
+		c.kill()
+		c = runAgentMQTT(t, agentID, data, "--broker", m.URL())
+	}
+	if err := <-published; err != nil {
+		t.Fatal(err)
+	}
+
+	mqtttest.WaitFor(t, 2*time.Minute, fmt.Sprintf("results of all %d tasks", tasks), func() bool {
+		return len(mqtttest.Results(t, col, resultsTopic(agentID))) == tasks
+	})
+	lines := countLines(t, filepath.Join(data, "agents", agentID, "artifacts", "tasks.log"))
+	var done, unknown, republished int
+	for id, rs := range mqtttest.Results(t, col, resultsTopic(agentID)) {
+		if n := runs(rs); n != 1 {
+			t.Errorf("task %s ran %d times: %+v", id, n, rs)
+		}
+		republished += len(rs) - 1
+		n := lines["line "+id]
+		switch rs[0].Status {
+		case "done":
+			done++
+			if n != 1 {
+				t.Errorf("task %s is done but its line is in the file %d times", id, n)
+			}
+		case "unknown_outcome":
+			unknown++
+			if n > 1 {
+				t.Errorf("task %s: line appended %d times", id, n)
+			}
+		default:
+			t.Errorf("task %s ended %s (%s)", id, rs[0].Status, rs[0].Error)
+		}
+	}
+	for line, n := range lines {
+		if n > 1 {
+			t.Errorf("%q appended %d times", line, n)
+		}
+	}
+	t.Logf("%d tasks: %d done, %d unknown_outcome, %d results published again, %d kills", tasks, done, unknown, republished, kills)
+}
