@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -14,6 +15,11 @@ func TestDependencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		// A JSON Schema library compiles its meta-schemas at start-up, in
+		// every process: core/design interprets the template schema itself.
+		if strings.HasPrefix(line, "github.com/santhosh-tekuri/jsonschema") {
+			t.Errorf("the JSON Schema library is in the binary: %s", line)
+		}
 		if strings.HasSuffix(line, " CGO") && !strings.HasPrefix(line, "runtime/cgo") && !strings.HasPrefix(line, "net ") && !strings.HasPrefix(line, "os/user") {
 			t.Errorf("cgo package in the binary: %s", line)
 		}
@@ -26,6 +32,29 @@ func TestDependencies(t *testing.T) {
 	for _, p := range strings.Fields(string(core)) {
 		if strings.HasPrefix(p, mod+"storage/") || strings.HasPrefix(p, mod+"transport/") || strings.HasPrefix(p, mod+"cmd/") {
 			t.Errorf("core/ depends on %s", p)
+		}
+	}
+}
+
+// TestOtherPlatforms type-checks every package, tests included, for Windows
+// (the service, the control API on loopback, the stdin pipe that stops an
+// agent: code that never runs here) and builds the binary for 32-bit ARM.
+func TestOtherPlatforms(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cross-compiles")
+	}
+	for _, tc := range []struct {
+		env  []string
+		args []string
+	}{
+		{[]string{"GOOS=windows", "GOARCH=amd64"}, []string{"vet", "../../..."}},
+		{[]string{"GOOS=windows", "GOARCH=arm64"}, []string{"build", "-o", os.DevNull, "."}},
+		{[]string{"GOOS=linux", "GOARCH=arm", "GOARM=6"}, []string{"build", "-o", os.DevNull, "."}},
+	} {
+		cmd := exec.Command("go", tc.args...)
+		cmd.Env = append(append(os.Environ(), "CGO_ENABLED=0"), tc.env...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("%s go %s: %v\n%s", strings.Join(tc.env, " "), strings.Join(tc.args, " "), err, out)
 		}
 	}
 }
