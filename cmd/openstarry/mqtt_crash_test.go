@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -89,4 +91,67 @@ func TestMQTTCrashRecovery(t *testing.T) {
 		}
 	}
 	t.Logf("%d tasks: %d done, %d unknown_outcome, %d results published again, %d kills", tasks, done, unknown, republished, kills)
+}
+
+// TestMQTTLongOutage: the hub goes away while 1,500 tasks (sent over HTTP
+// meanwhile) run; their results wait in the outbox, the agent SIGKILLed and
+// restarted halfway keeps them, and when the hub returns every result
+// arrives once per execution, in the order the agent produced them.
+func TestMQTTLongOutage(t *testing.T) {
+	const tasks = 1500
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"max_queued_messages 0"}})
+	data := t.TempDir()
+	const agentID = "lo"
+	col := mqtttest.Collect(t, m.URL(), "observer-outage", false, resultsTopic(agentID))
+	c := runAgentMQTT(t, agentID, data, "--broker", m.URL())
+	m.Kill()
+	send := func(from, to int) {
+		base := c.url()
+		for i := from; i < to; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			code, body, err := postTask(ctx, base, agentID, mqttTask(fmt.Sprintf("out-%04d", i), fmt.Sprintf("result %d", i)))
+			cancel()
+			if err != nil || code != 202 {
+				t.Fatalf("task %d: %d %s %v", i, code, body, err)
+			}
+		}
+		mqtttest.WaitFor(t, time.Minute, "the tasks to run", func() bool {
+			code, st, _ := getTask(base, agentID, fmt.Sprintf("out-%04d", to-1))
+			return code == 200 && st.Status == "done"
+		})
+	}
+	send(0, tasks/2)
+	c.kill()
+	c = startChild(t, true, "run", "--agent", agentID, "--device", mqttDevice, "--listen", "127.0.0.1:0", "--data", data,
+		"--broker", m.URL())
+	send(tasks/2, tasks)
+	if n := len(mqtttest.Results(t, col, resultsTopic(agentID))); n != 0 {
+		t.Fatalf("%d results arrived with the hub down", n)
+	}
+
+	m.Start()
+	mqtttest.WaitFor(t, time.Minute, fmt.Sprintf("all %d results", tasks), func() bool {
+		return len(mqtttest.Results(t, col, resultsTopic(agentID))) == tasks
+	})
+	var last uint64
+	seen := map[string]bool{}
+	for _, msg := range col.Messages(resultsTopic(agentID)) {
+		var r mqtttest.Result
+		if err := json.Unmarshal(msg.Payload, &r); err != nil {
+			t.Fatal(err)
+		}
+		if seen[r.TaskID] {
+			continue // published again (at least once): same execution, checked below
+		}
+		seen[r.TaskID] = true
+		if r.TickIndex <= last {
+			t.Fatalf("result of %s (tick %d) arrived after tick %d", r.TaskID, r.TickIndex, last)
+		}
+		last = r.TickIndex
+	}
+	for id, rs := range mqtttest.Results(t, col, resultsTopic(agentID)) {
+		if runs(rs) != 1 || rs[0].Status != "done" {
+			t.Errorf("task %s: %+v", id, rs)
+		}
+	}
 }
