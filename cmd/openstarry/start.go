@@ -159,7 +159,7 @@ type mqttInfra struct {
 	client paho.Client
 	up     atomic.Bool
 
-	mu      sync.Mutex      // guards running
+	mu      sync.Mutex      // guards running and orders the status publications
 	running map[string]bool // agents in state running, for the status topic
 }
 
@@ -276,14 +276,15 @@ func (m *mqttInfra) AgentArgs(agentID, role string) (args, env []string) {
 }
 
 // publishStatus publishes the device online, with its running agents,
-// retained, without waiting.
+// retained, without waiting. Each publication reads the list as it is
+// when it is queued, under the lock, so the last one queued is the latest.
 func (m *mqttInfra) publishStatus() {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	agents := make([]string, 0, len(m.running))
 	for id := range m.running {
 		agents = append(agents, id)
 	}
-	m.mu.Unlock()
 	slices.Sort(agents)
 	m.client.Publish(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
 		mqtt.StatusPayload("online", m.device, version, agents, "", time.Now()))
@@ -356,7 +357,7 @@ func (m *mqttInfra) publishState(a control.AgentInfo) {
 	}
 	m.mu.Unlock()
 	if changed {
-		m.publishStatus()
+		m.publishStatus() // the list as it is then: the last publication is the latest
 	}
 }
 

@@ -428,8 +428,8 @@ func (c *Client) status(state, reason string) []byte {
 }
 
 // Close publishes the results still waiting until ctx ends, marks the
-// device offline (retained; unless NoDeviceStatus), and disconnects. It is safe to call more than
-// once, and before Start.
+// device offline (retained; unless NoDeviceStatus), and disconnects. It is
+// safe to call more than once, and before Start.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	if c.closed {
