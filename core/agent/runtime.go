@@ -762,13 +762,19 @@ func (r *Runtime) rememberResult(st TaskState) {
 		r.order = append(r.order, st.TaskID)
 	}
 	r.recent[st.TaskID] = st
-	if over := len(r.order) - 1024; over > 0 {
+	// Trimmed in batches, as remember does: copying the whole window for
+	// every result cost a busy agent more than the result itself.
+	if over := len(r.order) - recentResults; over > recentResults/4 {
 		for _, id := range r.order[:over] {
 			delete(r.recent, id)
 		}
 		r.order = append([]string(nil), r.order[over:]...)
 	}
 }
+
+// recentResults is how many finished results the runtime keeps in memory
+// (between it and a quarter more), for duplicates and TaskState.
+const recentResults = 1024
 
 func (r *Runtime) fail(err error) {
 	r.log.Error().Err(err).Msg("save failed: stopping without acknowledging; the last durable snapshot stands")
@@ -830,8 +836,11 @@ func (r *Runtime) maybeStartTick() {
 		r.live[ev.ID] = TaskRunning
 	}
 	r.mu.Unlock()
-	history := append([]Message(nil), s.Memory.ShortTermHistory...)
-	go r.tick(ev, history)
+	// The tick reads the history while this goroutine waits for its
+	// outcome: no element changes meanwhile, and a clipped slice makes any
+	// append go to a new array, so the window is shared, not copied.
+	h := s.Memory.ShortTermHistory
+	go r.tick(ev, h[:len(h):len(h)])
 }
 
 // ID returns the agent id.
