@@ -127,30 +127,11 @@ func crashRun(t *testing.T, storeURL string) {
 		}
 	}
 
-	lines := countLines(t, filepath.Join(data, "agents", agentID, "artifacts", "tasks.log"))
-	var unknown, done int
+	ends := map[string]taskEnd{}
 	for id, st := range final {
-		n := lines["line "+id]
-		if n > 1 {
-			t.Errorf("task %s ran its tool %d times", id, n)
-		}
-		switch st.Status {
-		case "done":
-			done++
-			if n != 1 {
-				t.Errorf("task %s is done but its line is in the file %d times", id, n)
-			}
-		case "unknown_outcome":
-			unknown++
-		default:
-			t.Errorf("task %s ended %s (%s)", id, st.Status, st.Error)
-		}
+		ends[id] = taskEnd{st.Status, st.Error}
 	}
-	for line, n := range lines {
-		if n > 1 {
-			t.Errorf("%q appended %d times", line, n)
-		}
-	}
+	done, unknown := checkSideEffects(t, filepath.Join(data, "agents", agentID, "artifacts", "tasks.log"), ends)
 	if len(final) != tasks {
 		t.Errorf("%d tasks accepted, want %d", len(final), tasks)
 	}
@@ -163,4 +144,39 @@ func crashRun(t *testing.T, storeURL string) {
 	if code, err := c.wait(20 * time.Second); err != nil || code != 0 {
 		t.Fatalf("SIGINT exit = %d, %v\n%s", code, err, c.logs())
 	}
+}
+
+// taskEnd is how a task of a crash test ended.
+type taskEnd struct{ status, err string }
+
+// checkSideEffects holds the crash tests' promise against the file their
+// tasks append to (one "line ID" a task): a done task's line is there
+// once, an unknown_outcome task's at most once, no line twice, and every
+// task ended done or unknown_outcome.
+func checkSideEffects(t *testing.T, file string, ends map[string]taskEnd) (done, unknown int) {
+	t.Helper()
+	lines := countLines(t, file)
+	for id, e := range ends {
+		n := lines["line "+id]
+		switch e.status {
+		case "done":
+			done++
+			if n != 1 {
+				t.Errorf("task %s is done but its line is in the file %d times", id, n)
+			}
+		case "unknown_outcome":
+			unknown++
+			if n > 1 {
+				t.Errorf("task %s ended unknown_outcome, and its line is in the file %d times", id, n)
+			}
+		default:
+			t.Errorf("task %s ended %s (%s)", id, e.status, e.err)
+		}
+	}
+	for line, n := range lines {
+		if n > 1 {
+			t.Errorf("%q appended %d times", line, n)
+		}
+	}
+	return done, unknown
 }
