@@ -8,6 +8,7 @@ import (
 	"net/url"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/net/proxy"
 )
 
 // readBufferSize is the read buffer in front of a broker connection: it
@@ -28,23 +29,36 @@ type bufferedConn struct {
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // opener returns paho's CustomOpenConnectionFn for this client: a TCP or
-// TLS connection (tc nil or not), bounded by the connect timeout, with a
-// read buffer. It does what paho's own opener does for the schemes
-// ParseBrokerURL accepts, proxies aside (a device reaches its hub
-// directly).
+// TLS connection (tc nil or not) with a read buffer, dialled as paho's own
+// opener dials the schemes ParseBrokerURL accepts: through the proxy that
+// ALL_PROXY names (NO_PROXY excepted), and within the connect timeout.
 func opener(tc *tls.Config) paho.OpenConnectionFunc {
 	return func(u *url.URL, o paho.ClientOptions) (net.Conn, error) {
-		d := &net.Dialer{Timeout: o.ConnectTimeout}
+		ctx, cancel := context.WithTimeout(context.Background(), o.ConnectTimeout)
+		defer cancel()
+		d := proxy.FromEnvironmentUsing(&net.Dialer{Timeout: o.ConnectTimeout})
 		var conn net.Conn
 		var err error
-		if tc != nil {
-			td := &tls.Dialer{NetDialer: d, Config: tc}
-			conn, err = td.DialContext(context.Background(), "tcp", u.Host)
+		if cd, ok := d.(proxy.ContextDialer); ok {
+			conn, err = cd.DialContext(ctx, "tcp", u.Host)
 		} else {
 			conn, err = d.Dial("tcp", u.Host)
 		}
 		if err != nil {
 			return nil, err
+		}
+		if tc != nil {
+			cfg := tc
+			if cfg.ServerName == "" {
+				cfg = tc.Clone()
+				cfg.ServerName = u.Hostname()
+			}
+			tlsConn := tls.Client(conn, cfg)
+			if err := tlsConn.HandshakeContext(ctx); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			conn = tlsConn
 		}
 		return &bufferedConn{Conn: conn, r: bufio.NewReaderSize(conn, readBufferSize)}, nil
 	}
