@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -669,13 +671,7 @@ func (r *Runtime) enforceBudget() {
 	}
 	vars := s.Memory.WorkingVariables
 	summary, _ := vars["history_summary"].(string)
-	for _, m := range h[:drop] {
-		summary += summarize(m)
-	}
-	if len(summary) > maxSummary {
-		summary = summary[len(summary)-maxSummary:]
-	}
-	vars["history_summary"] = summary
+	vars["history_summary"] = foldSummary(summary, h[:drop])
 	vars["history_dropped"] = numberVar(vars["history_dropped"]) + int64(drop)
 	s.Memory.ShortTermHistory = h[drop:]
 	s.HistorySeq += uint64(drop)
@@ -684,12 +680,52 @@ func (r *Runtime) enforceBudget() {
 
 const maxSummary = 2048
 
+// foldSummary appends a line per dropped message to the running summary and
+// keeps its last maxSummary bytes, cut at a character boundary. Only the
+// newest lines can survive the cut, so it walks the dropped messages from
+// the newest and stops once it has enough: its cost does not grow with the
+// number of messages dropped at once (hydrating an agent whose stored
+// history is far over a new, smaller budget drops thousands).
+func foldSummary(old string, dropped []Message) string {
+	var lines []string
+	n := 0
+	for i := len(dropped) - 1; i >= 0 && n < maxSummary; i-- {
+		l := summarize(dropped[i])
+		lines = append(lines, l)
+		n += len(l)
+	}
+	if n < maxSummary {
+		if keep := maxSummary - n; len(old) > keep {
+			old = old[len(old)-keep:]
+		}
+		lines = append(lines, old)
+		n += len(old)
+	}
+	var b strings.Builder
+	b.Grow(n)
+	for i := len(lines) - 1; i >= 0; i-- {
+		b.WriteString(lines[i])
+	}
+	sum := b.String()
+	if len(sum) > maxSummary {
+		sum = sum[len(sum)-maxSummary:]
+	}
+	for len(sum) > 0 && !utf8.RuneStart(sum[0]) {
+		sum = sum[1:]
+	}
+	return sum
+}
+
 // summarize folds one message that left the window into a line of the
 // running summary kept in working variables.
 func summarize(m Message) string {
 	c := m.Content
 	if len(c) > 80 {
-		c = c[:80] + "…"
+		cut := 80
+		for cut > 0 && !utf8.RuneStart(c[cut]) {
+			cut--
+		}
+		c = c[:cut] + "…"
 	}
 	if m.TaskID != "" {
 		return fmt.Sprintf("[%s %s] %s\n", m.TaskID, m.Role, c)

@@ -371,3 +371,42 @@ func TestResultSeqStartsAtOne(t *testing.T) {
 		t.Fatalf("next_result_seq = %d after one result, want 2 (the first result is seq 1)", s.NextResultSeq)
 	}
 }
+
+// BenchmarkHydrate measures starting an agent whose stored history is over
+// its context budget by the given number of messages: everything over the
+// budget is folded into the summary before the agent serves anything.
+func BenchmarkHydrate(b *testing.B) {
+	const budget = 100
+	for _, over := range []int{10, 100, 1000, 10000} {
+		b.Run(fmt.Sprintf("over=%d", over), func(b *testing.B) {
+			store := newJSONStore()
+			s := agent.New("a1", 1)
+			for i := 0; i < budget+over; i++ {
+				s.Memory.ShortTermHistory = append(s.Memory.ShortTermHistory,
+					agent.Message{Role: "user", Content: strings.Repeat("m", 200), TaskID: fmt.Sprint("t", i)})
+			}
+			stored, err := agent.Encode(s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			echo, err := brain.New(design.Brain{Provider: "echo"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cfg := agent.Config{AgentID: "a1", Store: store, Brain: echo, MaxMessages: budget,
+				ArtifactsDir: b.TempDir(), Log: zerolog.Nop()}
+			for b.Loop() {
+				b.StopTimer()
+				store.data["a1"] = stored
+				b.StartTimer()
+				rt, err := agent.Start(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				_ = rt.Stop(context.Background())
+				b.StartTimer()
+			}
+		})
+	}
+}
