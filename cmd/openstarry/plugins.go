@@ -4,6 +4,8 @@ package main
 import (
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/file"
+	_ "github.com/openstarry/openstarry-edge/storage/memory/fts"
+	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
 	_ "github.com/openstarry/openstarry-edge/storage/redis"
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
 )

@@ -27,6 +27,7 @@ type Template struct {
 	Tools         []string      `json:"tools"`
 	ContextBudget ContextBudget `json:"context_budget"`
 	Storage       string        `json:"storage,omitempty"` // store URL; empty means the host's default
+	Memory        string        `json:"memory,omitempty"`  // long-term memory engine URL (fts://, qdrant://); empty means none
 	Limits        Limits        `json:"limits"`
 	Workers       []string      `json:"workers,omitempty"` // worker templates a master may spawn
 }

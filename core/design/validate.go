@@ -16,11 +16,12 @@ import (
 const MaxTemplateBytes = 1 << 20
 
 // builtinTools are the tools accepted when Validator.KnownTool is nil.
-var builtinTools = []string{"file_append", "sleep_ms", "agent_manager", "approval_request", "approach_record"}
+var builtinTools = []string{"file_append", "sleep_ms", "agent_manager", "approval_request", "approach_record",
+	"memory_store", "memory_search", "memory_delete"}
 
 // BuiltinTools returns the tool names accepted when no tool registry is
 // given: file_append, sleep_ms, agent_manager, approval_request,
-// approach_record.
+// approach_record, memory_store, memory_search, memory_delete.
 func BuiltinTools() []string { return slices.Clone(builtinTools) }
 
 // Validator checks templates against template.schema.json and the rules a
@@ -111,6 +112,16 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 			}
 			errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/tools/%d", i), Rule: RuleUnknownTool,
 				Message: fmt.Sprintf("tool %q is not in the tool registry", name)})
+		}
+	}
+	if mem, _ := obj["memory"].(string); mem == "" {
+		if tools, ok := obj["tools"].([]any); ok {
+			for i, x := range tools {
+				if name, _ := x.(string); strings.HasPrefix(name, "memory_") {
+					errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/tools/%d", i), Rule: RuleNoMemory,
+						Message: fmt.Sprintf("tool %q needs a memory engine: name one in \"memory\" (e.g. \"fts://\")", name)})
+				}
+			}
 		}
 	}
 	if role, _ := obj["role"].(string); role == RoleWorker {

@@ -16,6 +16,9 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/memory"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // Agent describes one agent to boot.
@@ -56,12 +59,24 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	if err := os.MkdirAll(art, 0o750); err != nil {
 		return nil, fmt.Errorf("artifacts directory: %w", err)
 	}
+	services := a.Services
+	var mem memory.Engine
+	if t.Memory != "" {
+		if mem, err = plugin.OpenMemory(ctx, t.Memory, plugin.Env{DataDir: a.DataDir, Log: a.Log}); err != nil {
+			return nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		services = make(map[string]any, len(a.Services)+1)
+		for k, v := range a.Services {
+			services[k] = v
+		}
+		services[tool.ServiceMemory] = mem
+	}
 	lim := t.Limits.WithDefaults()
 	vars := map[string]any{"template_name": t.Name, "template_version": t.Version}
 	for k, v := range a.Vars {
 		vars[k] = v
 	}
-	return agent.Start(ctx, agent.Config{
+	rt, err := agent.Start(ctx, agent.Config{
 		AgentID:      a.ID,
 		Store:        a.Store,
 		Brain:        b,
@@ -74,7 +89,7 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		ToolTimeout:  time.Duration(lim.ToolTimeoutMs) * time.Millisecond,
 		ArtifactsDir: art,
 		Vars:         vars,
-		Services:     a.Services,
+		Services:     services,
 		Outbox:       a.Outbox,
 		OnProgress:   a.OnProgress,
 		Log:          a.Log,
@@ -82,4 +97,18 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		BeforeSave:   a.BeforeSave,
 		AfterSave:    a.AfterSave,
 	})
+	if mem != nil {
+		if err != nil {
+			_ = mem.Close()
+			return nil, err
+		}
+		// Tools run only inside the runtime: once it has ended, nothing
+		// uses the engine. Each write was committed when it returned, so
+		// a process that exits first loses nothing.
+		go func() {
+			<-rt.Done()
+			_ = mem.Close()
+		}()
+	}
+	return rt, err
 }

@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/memory"
 )
 
 // Kind is a plugin kind: the first part of a plugin ID.
@@ -21,6 +23,7 @@ const (
 	KindInfra     Kind = "infra"     // infrastructure started by the daemon (the embedded broker)
 	KindBrain     Kind = "brain"     // model providers
 	KindTool      Kind = "tool"      // tools the brain can call
+	KindMemory    Kind = "memory"    // long-term memory engines, opened by URL scheme
 )
 
 // Env is what the host hands a plugin when it opens one: where the data
@@ -33,12 +36,16 @@ type Env struct {
 // StorageOpener opens a Storage from its URL (the scheme already matched).
 type StorageOpener func(ctx context.Context, u *url.URL, env Env) (Storage, error)
 
+// MemoryOpener opens a memory engine from its URL (the scheme already matched).
+type MemoryOpener func(ctx context.Context, u *url.URL, env Env) (memory.Engine, error)
+
 // Info describes one plugin. ID is "kind.name" ("storage.bbolt"); for a
 // storage plugin the name is also its URL scheme.
 type Info struct {
 	ID          string
 	Description string
 	OpenStorage StorageOpener // storage plugins only
+	OpenMemory  MemoryOpener  // memory plugins only
 }
 
 // Kind returns the kind part of the ID.
@@ -70,6 +77,10 @@ func Register(info Info) {
 	case KindStorage:
 		if info.OpenStorage == nil {
 			panic(fmt.Sprintf("plugin: storage plugin %q has no OpenStorage", info.ID))
+		}
+	case KindMemory:
+		if info.OpenMemory == nil {
+			panic(fmt.Sprintf("plugin: memory plugin %q has no OpenMemory", info.ID))
 		}
 	case KindTransport, KindInfra, KindBrain, KindTool:
 	default:
@@ -123,9 +134,26 @@ func OpenStorage(ctx context.Context, rawURL string, env Env) (Storage, error) {
 	return info.OpenStorage(ctx, u, env)
 }
 
-func storageSchemes() string {
+// OpenMemory opens the memory engine named by rawURL ("fts://",
+// "qdrant://127.0.0.1:6333/notes") with the plugin registered for its scheme.
+func OpenMemory(ctx context.Context, rawURL string, env Env) (memory.Engine, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("memory url %q: %w", rawURL, err)
+	}
+	info, ok := Lookup(string(KindMemory) + "." + u.Scheme)
+	if !ok {
+		return nil, fmt.Errorf("memory url %q: no memory plugin for scheme %q (built in: %s)",
+			rawURL, u.Scheme, schemes(KindMemory))
+	}
+	return info.OpenMemory(ctx, u, env)
+}
+
+func storageSchemes() string { return schemes(KindStorage) }
+
+func schemes(kind Kind) string {
 	var names []string
-	for _, info := range List(KindStorage) {
+	for _, info := range List(kind) {
 		names = append(names, info.Name()+"://")
 	}
 	if len(names) == 0 {
