@@ -8,4 +8,5 @@ import (
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
 	_ "github.com/openstarry/openstarry-edge/storage/redis"
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
+	_ "github.com/openstarry/openstarry-edge/transport/webhook"
 )

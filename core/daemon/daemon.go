@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -492,10 +493,29 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 	t := res.Template
 	spec := agentSpec{Template: t.Name, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
 		Workers: t.Workers, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes}
-	if t.Brain.APIKeyEnv != "" {
-		spec.KeepEnv = []string{t.Brain.APIKeyEnv}
-	}
+	spec.KeepEnv = secretEnvs(t)
 	return spec, nil
+}
+
+// secretEnvs names the environment variables a template reads its secrets
+// from (the model's API key, webhook secrets, the memory engine's key): the
+// agent keeps them even when they are OPENSTARRY_* variables.
+func secretEnvs(t *design.Template) []string {
+	var keep []string
+	if t.Brain.APIKeyEnv != "" {
+		keep = append(keep, t.Brain.APIKeyEnv)
+	}
+	for _, l := range t.Listeners {
+		if l.SecretEnv != "" {
+			keep = append(keep, l.SecretEnv)
+		}
+	}
+	if u, err := url.Parse(t.Memory); err == nil {
+		if k := u.Query().Get("api_key_env"); k != "" {
+			keep = append(keep, k)
+		}
+	}
+	return keep
 }
 
 // launchSpec builds the command line and environment of an agent process:

@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/design"
 )
 
 func TestBoot(t *testing.T) {
@@ -631,5 +632,16 @@ func TestAgentTokens(t *testing.T) {
 	// The operator's token still does everything.
 	if _, err := e.client.Restart(ctx, "master"); err != nil {
 		t.Fatalf("restart with the operator's token: %v", err)
+	}
+}
+
+func TestSecretEnvsKept(t *testing.T) {
+	tm := &design.Template{Brain: design.Brain{Provider: "openai", APIKeyEnv: "OPENSTARRY_LLM_KEY"},
+		Listeners: []design.Listener{{Kind: "webhook", Name: "forge", SecretEnv: "OPENSTARRY_FORGE_SECRET"}},
+		Memory:    "qdrant://127.0.0.1:6333/notes?api_key_env=QDRANT_KEY"}
+	got := secretEnvs(tm)
+	want := []string{"OPENSTARRY_LLM_KEY", "OPENSTARRY_FORGE_SECRET", "QDRANT_KEY"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("secretEnvs = %v, want %v", got, want)
 	}
 }

@@ -30,6 +30,16 @@ type Template struct {
 	Memory        string        `json:"memory,omitempty"`  // long-term memory engine URL (fts://, qdrant://); empty means none
 	Limits        Limits        `json:"limits"`
 	Workers       []string      `json:"workers,omitempty"` // worker templates a master may spawn
+	Listeners     []Listener    `json:"listeners,omitempty"`
+}
+
+// Listener is an event source the agent starts after hydration. Kind names
+// the listener plugin ("webhook").
+type Listener struct {
+	Kind      string `json:"kind"`
+	Name      string `json:"name"`                 // the source's name: in the path, task ids and the log
+	Listen    string `json:"listen"`               // host:port
+	SecretEnv string `json:"secret_env,omitempty"` // webhook: environment variable holding the HMAC secret
 }
 
 // Brain selects the model provider.

@@ -97,18 +97,47 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		BeforeSave:   a.BeforeSave,
 		AfterSave:    a.AfterSave,
 	})
-	if mem != nil {
-		if err != nil {
+	if err != nil {
+		if mem != nil {
 			_ = mem.Close()
-			return nil, err
 		}
-		// Tools run only inside the runtime: once it has ended, nothing
-		// uses the engine. Each write was committed when it returned, so
-		// a process that exits first loses nothing.
+		return nil, err
+	}
+	// Listeners start after hydration, so the first event they take lands
+	// in a runtime that has its state.
+	var listeners []plugin.Listener
+	for _, lc := range t.Listeners {
+		l, err := plugin.StartListener(ctx, lc, plugin.ListenerEnv{
+			AgentID: a.ID, MaxTaskBytes: lim.MaxTaskBytes, Submit: rt.Submit,
+			Log: a.Log.With().Str("listener", lc.Name).Logger(),
+		})
+		if err != nil {
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			_ = rt.Stop(ctx)
+			if mem != nil {
+				_ = mem.Close()
+			}
+			return nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		a.Log.Info().Str("listener", lc.Name).Str("kind", lc.Kind).Msgf("%s listener on %s", lc.Kind, l.Addr())
+		listeners = append(listeners, l)
+	}
+	if mem != nil || len(listeners) > 0 {
+		// Tools run only inside the runtime and listeners only feed it:
+		// once it has ended, nothing uses either. Each memory write was
+		// committed when it returned, so a process that exits first loses
+		// nothing.
 		go func() {
 			<-rt.Done()
-			_ = mem.Close()
+			for _, l := range listeners {
+				_ = l.Close()
+			}
+			if mem != nil {
+				_ = mem.Close()
+			}
 		}()
 	}
-	return rt, err
+	return rt, nil
 }

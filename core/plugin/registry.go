@@ -24,6 +24,7 @@ const (
 	KindBrain     Kind = "brain"     // model providers
 	KindTool      Kind = "tool"      // tools the brain can call
 	KindMemory    Kind = "memory"    // long-term memory engines, opened by URL scheme
+	KindListener  Kind = "listener"  // event sources an agent starts after hydration (webhooks)
 )
 
 // Env is what the host hands a plugin when it opens one: where the data
@@ -46,6 +47,7 @@ type Info struct {
 	Description string
 	OpenStorage StorageOpener // storage plugins only
 	OpenMemory  MemoryOpener  // memory plugins only
+	Listen      ListenerOpener // listener plugins only
 }
 
 // Kind returns the kind part of the ID.
@@ -81,6 +83,10 @@ func Register(info Info) {
 	case KindMemory:
 		if info.OpenMemory == nil {
 			panic(fmt.Sprintf("plugin: memory plugin %q has no OpenMemory", info.ID))
+		}
+	case KindListener:
+		if info.Listen == nil {
+			panic(fmt.Sprintf("plugin: listener plugin %q has no Listen", info.ID))
 		}
 	case KindTransport, KindInfra, KindBrain, KindTool:
 	default:
@@ -154,6 +160,10 @@ func storageSchemes() string { return schemes(KindStorage) }
 func schemes(kind Kind) string {
 	var names []string
 	for _, info := range List(kind) {
+		if kind == KindListener {
+			names = append(names, info.Name())
+			continue
+		}
 		names = append(names, info.Name()+"://")
 	}
 	if len(names) == 0 {
