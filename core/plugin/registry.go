@@ -45,8 +45,8 @@ type MemoryOpener func(ctx context.Context, u *url.URL, env Env) (memory.Engine,
 type Info struct {
 	ID          string
 	Description string
-	OpenStorage StorageOpener // storage plugins only
-	OpenMemory  MemoryOpener  // memory plugins only
+	OpenStorage StorageOpener  // storage plugins only
+	OpenMemory  MemoryOpener   // memory plugins only
 	Listen      ListenerOpener // listener plugins only
 }
 
