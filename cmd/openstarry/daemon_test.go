@@ -634,3 +634,45 @@ func TestDaemonConsoleLog(t *testing.T) {
 		}
 	}
 }
+
+// TestDaemonEphemeralWorker: a worker whose template is ephemeral is retired
+// once its result reached the master: its process stops, its snapshot is
+// deleted, it leaves the status; the master's snapshot stays.
+func TestDaemonEphemeralWorker(t *testing.T) {
+	data := dataDir(t)
+	writeTemplate(t, data, "master", strings.Replace(masterTemplate, `"workers": ["worker"]`, `"workers": ["worker", "scratch"]`, 1))
+	writeTemplate(t, data, "scratch", `{"name": "scratch", "version": "1.0.0", "role": "worker", "brain": {"provider": "echo"},
+ "system_prompt": "", "tools": ["sleep_ms"], "context_budget": {"max_messages": 20}, "ephemeral": true}`)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	base := c.url()
+	task := `{"task_id":"delegate-e","input":{"call":[{"tool":"agent_manager","args":{"action":"spawn","template":"scratch",` +
+		`"agent_id":"e1","task":{"task_id":"et1","input":"short-lived"}}}]}}`
+	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
+		t.Fatalf("%d %s %v", code, body, err)
+	}
+	if st := waitDone(t, base, "master", "delegate-e"); st.Status != "done" {
+		t.Fatalf("spawn: %+v", st)
+	}
+	res := waitDone(t, base, "master", "worker_result:e1:et1")
+	if res.Status != "done" || !strings.Contains(string(res.Output), "short-lived") {
+		t.Fatalf("worker result at the master: %+v %s", res, res.Output)
+	}
+	c.waitLog("ephemeral worker e1 retired", 20*time.Second)
+	if _, ok := agentInfo(daemonStatus(t, data), "e1"); ok {
+		t.Fatal("retired worker still listed")
+	}
+	if _, err := os.Stat(filepath.Join(data, "agents", "e1", "state.db")); !os.IsNotExist(err) {
+		t.Fatalf("the ephemeral worker's snapshot is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(data, "agents", "master", "state.db")); err != nil {
+		t.Fatalf("the master's snapshot: %v", err)
+	}
+	// A master cannot be ephemeral.
+	bad := filepath.Join(t.TempDir(), "master.json")
+	if err := os.WriteFile(bad, []byte(strings.Replace(masterTemplate, `"role": "master",`, `"role": "master", "ephemeral": true,`, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := runCLI(t, "templates", "validate", bad); code != 1 || !strings.Contains(out, "ephemeral_master") {
+		t.Fatalf("ephemeral master: %d\n%s", code, out)
+	}
+}

@@ -102,6 +102,7 @@ type Daemon struct {
 	now      func() time.Time
 	rand     func() float64
 	httpc    *http.Client // to the agents' loopback APIs
+	retireMu sync.Mutex   // one ephemeral worker retired at a time
 
 	token    string // the operator's: DATA/run/control.token
 	ctrlAddr string
@@ -492,7 +493,8 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 	}
 	t := res.Template
 	spec := agentSpec{Template: t.Name, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
-		Workers: t.Workers, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes}
+		Workers: t.Workers, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes,
+		Ephemeral: t.Ephemeral && t.Role == design.RoleWorker}
 	spec.KeepEnv = secretEnvs(t)
 	return spec, nil
 }

@@ -645,3 +645,35 @@ func TestSecretEnvsKept(t *testing.T) {
 		t.Fatalf("secretEnvs = %v, want %v", got, want)
 	}
 }
+
+// TestRetirementFinishedAtBoot: a daemon that stopped after recording an
+// ephemeral worker's retirement and before deleting its snapshot finishes
+// the retirement at its next boot instead of restoring the worker.
+func TestRetirementFinishedAtBoot(t *testing.T) {
+	cfg := testConfig(t)
+	store := cfg.Store[len("memtest://"):]
+	res := testResolver(map[string]string{"master": masterWithManager})
+	e := startEnv(t, cfg, res, nil)
+	if err := e.d.reg.addWorker(regWorker{ID: "w5", Template: "worker", Requester: "master", Created: time.Now()}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.d.reg.setRetiring("w5"); err != nil {
+		t.Fatal(err)
+	}
+	putSnapshot(store, &agent.Snapshot{AgentID: "w5", TickIndex: 3, Status: agent.StatusStopped})
+	e.stop()
+	e2 := startEnv(t, cfg, res, nil)
+	e2.waitState("master", control.StateRunning)
+	if e2.d.member("w5") != nil {
+		t.Fatal("a retiring worker was restored")
+	}
+	if slices.ContainsFunc(e2.d.reg.snapshot().Workers, func(w regWorker) bool { return w.ID == "w5" }) {
+		t.Fatal("the retired worker is still in the registry")
+	}
+	memMu.Lock()
+	_, kept := memSnaps[store]["w5"]
+	memMu.Unlock()
+	if kept {
+		t.Fatal("the retired worker's snapshot was not deleted")
+	}
+}

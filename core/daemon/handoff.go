@@ -128,7 +128,9 @@ func (d *Daemon) runHandoff(ctx context.Context, h handoff) {
 	}
 	if err := d.reg.removeHandoff(h.Worker, h.TaskID); err != nil {
 		log.Error().Err(err).Msg("forgetting the handoff")
+		return
 	}
+	d.retireIfDone(ctx, h.Worker)
 }
 
 // resultTask builds the worker_result task. With dropped > 0 the output

@@ -67,8 +67,13 @@ func (m *memStore) Load(_ context.Context, id string) (*agent.Snapshot, error) {
 	}
 	return memSnaps[m.name][id], nil
 }
-func (m *memStore) Delete(context.Context, string) error { return nil }
-func (m *memStore) Close() error                         { return nil }
+func (m *memStore) Delete(_ context.Context, id string) error {
+	memMu.Lock()
+	defer memMu.Unlock()
+	delete(memSnaps[m.name], id)
+	return nil
+}
+func (m *memStore) Close() error { return nil }
 func (m *memStore) List(context.Context) ([]string, error) {
 	memMu.Lock()
 	defer memMu.Unlock()

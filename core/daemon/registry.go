@@ -41,6 +41,11 @@ type regWorker struct {
 	// Stopped is set by `openstarry agent stop`: the worker is not
 	// restored at the next boot.
 	Stopped bool `json:"stopped,omitempty"`
+	// Retiring is set before an ephemeral worker's snapshot is deleted:
+	// a boot that finds it finishes the retirement instead of restoring
+	// the worker. Storage is the worker's own store URL, if any.
+	Retiring bool   `json:"retiring,omitempty"`
+	Storage  string `json:"storage,omitempty"`
 }
 
 // handoff is a task given to a worker whose result goes back to the
@@ -118,6 +123,20 @@ func (r *registry) setStopped(id string, stopped bool) error {
 		for i := range d.Workers {
 			if d.Workers[i].ID == id {
 				d.Workers[i].Stopped = stopped
+			}
+		}
+	})
+}
+
+func (r *registry) setRetiring(id string) error { return r.retiring(id, true) }
+
+func (r *registry) clearRetiring(id string) error { return r.retiring(id, false) }
+
+func (r *registry) retiring(id string, on bool) error {
+	return r.update(func(d *regData) {
+		for i := range d.Workers {
+			if d.Workers[i].ID == id {
+				d.Workers[i].Retiring = on
 			}
 		}
 	})

@@ -24,6 +24,7 @@ type agentSpec struct {
 	KeepEnv      []string // environment variables the template needs (the brain's key)
 	Storage      string   // the template's own store URL, "" for the daemon's
 	MaxTaskBytes int
+	Ephemeral    bool // a worker whose snapshot is deleted once its last result is delivered
 }
 
 // Commands to a supervisor.

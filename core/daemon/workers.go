@@ -87,7 +87,7 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	if err != nil {
 		return nil, err
 	}
-	if err := d.reg.addWorker(regWorker{ID: id, Template: req.Template, Requester: requester, Created: d.now().UTC()}, h); err != nil {
+	if err := d.reg.addWorker(regWorker{ID: id, Template: req.Template, Requester: requester, Created: d.now().UTC(), Storage: spec.Storage}, h); err != nil {
 		d.release(m)
 		return nil, err
 	}
@@ -149,10 +149,11 @@ func (d *Daemon) stopWorker(ctx context.Context, id string) (*control.AgentInfo,
 // not stopped, and resumes their handoffs. A worker whose template cannot
 // be resolved any more is shown in crashloop with the reason.
 func (d *Daemon) restoreWorkers(ctx context.Context) int {
+	retired := d.finishRetirements(ctx)
 	reg := d.reg.snapshot()
 	n := 0
 	for _, w := range reg.Workers {
-		if w.Stopped {
+		if w.Stopped || slices.Contains(retired, w.ID) || w.Retiring {
 			continue
 		}
 		spec, err := d.resolveSpec(ctx, w.ID, w.Template, w.Requester, design.RoleWorker)

@@ -46,6 +46,7 @@ const (
 	RuleUnknownTool     = "unknown_tool"      // a tool the tool registry does not have
 	RuleWorkersOnWorker = "workers_on_worker" // only a master names workers
 	RuleNoMemory        = "no_memory"         // a memory_* tool without a memory engine
+	RuleEphemeralMaster = "ephemeral_master"  // only a worker can be ephemeral
 	RuleMissingWorker   = "missing_worker"    // a master names a worker template the set does not hold
 	RuleNotAWorker      = "not_a_worker"      // a master names a template whose role is not worker
 	RuleDuplicateName   = "duplicate_name"    // two files define the same name

@@ -31,6 +31,9 @@ type Template struct {
 	Limits        Limits        `json:"limits"`
 	Workers       []string      `json:"workers,omitempty"` // worker templates a master may spawn
 	Listeners     []Listener    `json:"listeners,omitempty"`
+	// Ephemeral (workers only): the worker's snapshot is deleted once the
+	// result of its last task has reached the agent that spawned it.
+	Ephemeral bool `json:"ephemeral,omitempty"`
 }
 
 // Listener is an event source the agent starts after hydration. Kind names

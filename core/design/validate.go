@@ -124,6 +124,12 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 			}
 		}
 	}
+	if role, _ := obj["role"].(string); role == RoleMaster {
+		if eph, _ := obj["ephemeral"].(bool); eph {
+			errs = append(errs, ValidationError{File: file, Path: "/ephemeral", Rule: RuleEphemeralMaster,
+				Message: "a master's state is never deleted automatically: only a worker can be ephemeral"})
+		}
+	}
 	if role, _ := obj["role"].(string); role == RoleWorker {
 		if ws, ok := obj["workers"].([]any); ok && len(ws) > 0 {
 			errs = append(errs, ValidationError{File: file, Path: "/workers", Rule: RuleWorkersOnWorker,
