@@ -24,6 +24,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/storage/redis/redistest"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -674,5 +675,50 @@ func TestDaemonEphemeralWorker(t *testing.T) {
 	}
 	if out, code := runCLI(t, "templates", "validate", bad); code != 1 || !strings.Contains(out, "ephemeral_master") {
 		t.Fatalf("ephemeral master: %d\n%s", code, out)
+	}
+}
+
+// TestDaemonStateStore: phase 1 checks the snapshot store before any agent.
+// A Redis that does not fsync every write is reported in status and
+// /healthz; a Redis that is down stops the boot in phase 1 with one clear
+// line, and no agent is spawned to crash-loop on it.
+func TestDaemonStateStore(t *testing.T) {
+	srv := redistest.Start(t, "everysec")
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, "store: \""+srv.URL("os-test:")+"\"\n"))
+	st := daemonStatus(t, data)
+	if st.StateStore == nil || st.StateStore.Durable || !strings.Contains(st.StateStore.Warning, "appendfsync everysec") {
+		t.Fatalf("state store in status: %+v", st.StateStore)
+	}
+	resp, err := httpc.Get(c.url() + "/healthz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`"state_store":\s*"not durable: appendonly`).Match(body) {
+		t.Fatalf("healthz: %s", body)
+	}
+	out, _ := runCLI(t, "status", "--data", data)
+	if !strings.Contains(out, "state store: redis://127.0.0.1:") || !strings.Contains(out, "NOT durable") {
+		t.Fatalf("status:\n%s", out)
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	if code, err := c.wait(30 * time.Second); code != 0 || err != nil {
+		t.Fatalf("stop: %d %v", code, err)
+	}
+
+	srv.Kill()
+	c2 := startChild(t, false, "start", "--config", daemonConfig(t, data, "store: \""+srv.URL("os-test:")+"\"\n"))
+	code, err := c2.wait(60 * time.Second)
+	logs := c2.logs()
+	if err != nil || code != 1 {
+		t.Fatalf("boot with Redis down: exit %d %v\n%s", code, err, logs)
+	}
+	if !strings.Contains(logs, "phase 1/4: the state store redis://127.0.0.1:") || strings.Contains(logs, "spawning the master") {
+		t.Fatalf("boot with Redis down did not stop in phase 1 with the reason:\n%s", logs)
+	}
+	if strings.Contains(logs, "pool.go") {
+		t.Fatalf("the Redis client's own log line leaked:\n%s", logs)
 	}
 }

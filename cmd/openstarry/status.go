@@ -66,6 +66,13 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 		}
 		fmt.Fprintf(w, "boot: %s\n", strings.Join(ps, " · "))
 	}
+	if ss := st.StateStore; ss != nil {
+		if ss.Durable {
+			fmt.Fprintf(w, "state store: %s (durable)\n", ss.URL)
+		} else {
+			fmt.Fprintf(w, "state store: %s (NOT durable: %s)\n", ss.URL, ss.Warning)
+		}
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tROLE\tTEMPLATE\tPID\tSTATE\tTICK\tQUEUE\tRESTARTS\tSINCE\tLAST ERROR")

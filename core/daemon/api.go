@@ -185,7 +185,8 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 	ms := d.sortedMembers()
 	d.mu.Lock()
 	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
-		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...)}
+		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
+		StateStore: d.store}
 	d.mu.Unlock()
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup

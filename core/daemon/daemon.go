@@ -101,8 +101,9 @@ type Daemon struct {
 	launcher Launcher
 	now      func() time.Time
 	rand     func() float64
-	httpc    *http.Client // to the agents' loopback APIs
-	retireMu sync.Mutex   // one ephemeral worker retired at a time
+	httpc    *http.Client        // to the agents' loopback APIs
+	retireMu sync.Mutex          // one ephemeral worker retired at a time
+	store    *control.StoreState // the state store as phase 1 found it (under mu)
 
 	token    string // the operator's: DATA/run/control.token
 	ctrlAddr string

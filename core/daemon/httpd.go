@@ -55,6 +55,9 @@ type health struct {
 	Master string            `json:"master"` // the master's state
 	Agents map[string]string `json:"agents"` // id → state
 	Infra  map[string]string `json:"infra,omitempty"`
+	// StateStore is "ok", or "not durable: …" when a Save may not survive
+	// a crash of the store's host (which does not make the daemon degraded).
+	StateStore string `json:"state_store,omitempty"`
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -69,6 +72,12 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 	d.mu.Lock()
 	booted, stopping := d.booted, d.stopping
 	up := append([]bool(nil), d.infraUp...)
+	if d.store != nil {
+		h.StateStore = "ok"
+		if !d.store.Durable {
+			h.StateStore = "not durable: " + d.store.Warning
+		}
+	}
 	d.mu.Unlock()
 	degraded := h.Master != control.StateRunning
 	for i, inf := range d.o.Infra {

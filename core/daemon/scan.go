@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	neturl "net/url"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/plugin"
@@ -21,10 +22,23 @@ func (d *Daemon) scanInterruptions(ctx context.Context) ([]control.Interruption,
 	if url == "" {
 		url = "bbolt://"
 	}
+	safe := url
+	if u, err := neturl.Parse(url); err == nil {
+		safe = u.Redacted()
+	}
 	st, err := plugin.OpenStorage(ctx, url, plugin.Env{DataDir: d.data, Log: d.log})
 	if err != nil {
-		return nil, fmt.Errorf("state store: %w", err)
+		return nil, fmt.Errorf("phase 1/4: the state store %s is not usable, so no agent can start: %w", safe, err)
 	}
+	ss := &control.StoreState{URL: safe, Durable: true}
+	if dr, ok := st.(plugin.Durability); ok {
+		if w := dr.Durability(); w != "" {
+			ss.Durable, ss.Warning = false, w
+		}
+	}
+	d.mu.Lock()
+	d.store = ss
+	d.mu.Unlock()
 	defer func() {
 		if err := st.Close(); err != nil {
 			d.log.Warn().Err(err).Msg("closing the state store after the scan")

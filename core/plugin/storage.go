@@ -78,3 +78,11 @@ type Retention struct {
 
 // DefaultRetention is the retention of the design: 10,000 tasks or 7 days.
 var DefaultRetention = Retention{MaxTasks: 10000, MaxAgeMs: 7 * 24 * 3600 * 1000}
+
+// Durability is implemented by stores whose Save may return before the data
+// is on stable storage, depending on a server's settings (Redis without
+// appendfsync always). Durability returns "" when every Save is durable when
+// it returns, else why not. Stores that do not implement it fsync every Save.
+type Durability interface {
+	Durability() string
+}

@@ -20,6 +20,9 @@ import (
 )
 
 func init() {
+	// go-redis logs its own dial failures through the standard logger, in
+	// another format, beside the error Open returns and logs: keep one line.
+	goredis.SetLogger(quietLogger{})
 	plugin.Register(plugin.Info{
 		ID:          "storage.redis",
 		Description: "snapshots in a Redis server (durable with appendonly yes, appendfsync always)",
@@ -33,6 +36,10 @@ func init() {
 		OpenStorage: openURL,
 	})
 }
+
+type quietLogger struct{}
+
+func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // DefaultPrefix starts every key when the URL names no prefix.
 const DefaultPrefix = "openstarry:"
@@ -85,6 +92,8 @@ type Store struct {
 	log    zerolog.Logger
 	ret    plugin.Retention
 	now    func() time.Time
+	// durability is "" when the server fsyncs every write (set at Open).
+	durability string
 
 	known backend.Agents[state] // per agent: what the next Save expects; refused after Close
 }
@@ -155,7 +164,7 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 }
 
 // checkDurability logs one warning line unless the server fsyncs its
-// append-only file on every write.
+// append-only file on every write, and keeps it for Durability.
 func (s *Store) checkDurability(ctx context.Context) {
 	const fix = `set "appendonly yes" and "appendfsync always" in redis.conf (or CONFIG SET appendonly yes, CONFIG SET appendfsync always, CONFIG REWRITE)`
 	cfg := map[string]string{}
@@ -169,13 +178,19 @@ func (s *Store) checkDurability(ctx context.Context) {
 	}
 	switch {
 	case err != nil:
+		s.durability = fmt.Sprintf("cannot read the persistence settings (%v)", err)
 		s.log.Warn().Str("addr", s.addr).Err(err).
 			Msg(`redis: cannot read the persistence settings, so "fsync every tick" may not hold: ` + fix)
 	case !strings.EqualFold(cfg["appendonly"], "yes") || !strings.EqualFold(cfg["appendfsync"], "always"):
+		s.durability = fmt.Sprintf("appendonly %s, appendfsync %s: a crash of the Redis host can lose acknowledged ticks", cfg["appendonly"], cfg["appendfsync"])
 		s.log.Warn().Str("addr", s.addr).Str("appendonly", cfg["appendonly"]).Str("appendfsync", cfg["appendfsync"]).
 			Msg(`redis: "fsync every tick" does not hold: a crash of the Redis host can lose acknowledged ticks; ` + fix)
 	}
 }
+
+// Durability implements plugin.Durability: "" when the server fsyncs every
+// write, else why a Save may not survive a crash of the Redis host.
+func (s *Store) Durability() string { return s.durability }
 
 // Prefix returns the prefix of every key of the store.
 func (s *Store) Prefix() string { return s.prefix }

@@ -127,6 +127,14 @@ type Status struct {
 	Phases      []Phase        `json:"phases"`
 	Agents      []AgentInfo    `json:"agents"`
 	Interrupted []Interruption `json:"interrupted,omitempty"`
+	StateStore  *StoreState    `json:"state_store,omitempty"`
+}
+
+// StoreState is the snapshot store as phase 1 found it.
+type StoreState struct {
+	URL     string `json:"url"`               // passwords redacted
+	Durable bool   `json:"durable"`           // every Save is on stable storage when it returns
+	Warning string `json:"warning,omitempty"` // why not, when not durable
 }
 
 // Error is the JSON body of a failed request, and the error the Client
