@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -720,5 +721,22 @@ func TestDaemonStateStore(t *testing.T) {
 	}
 	if strings.Contains(logs, "pool.go") {
 		t.Fatalf("the Redis client's own log line leaked:\n%s", logs)
+	}
+}
+
+// TestDaemonSubmitAndWait: through the daemon's listener, a POST with
+// ?wait answers with the task's result; no client polls.
+func TestDaemonSubmitAndWait(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	req, _ := http.NewRequest("POST", c.url()+"/agents/master/tasks?wait=10s", strings.NewReader(`{"task_id":"sw1","input":"through the daemon"}`))
+	resp, err := httpc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st taskState
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 || st.Status != "done" || string(st.Output) != `"through the daemon"` {
+		t.Fatalf("POST ?wait through the daemon: %d %+v %v", resp.StatusCode, st, err)
 	}
 }

@@ -148,6 +148,8 @@ type Runtime struct {
 	live   map[string]string    // task id → queued or running
 	recent map[string]TaskState // finished results of this process, bounded
 	order  []string             // recent's keys, oldest first
+	// waiters are closed when their task's result is remembered (WaitTask).
+	waiters map[string][]chan struct{}
 }
 
 type submission struct {
@@ -798,6 +800,7 @@ func (r *Runtime) rememberResult(st TaskState) {
 		r.order = append(r.order, st.TaskID)
 	}
 	r.recent[st.TaskID] = st
+	r.wake(st.TaskID)
 	// Trimmed in batches, as remember does: copying the whole window for
 	// every result cost a busy agent more than the result itself.
 	if over := len(r.order) - recentResults; over > recentResults/4 {

@@ -410,3 +410,37 @@ func BenchmarkHydrate(b *testing.B) {
 		})
 	}
 }
+
+// Many clients waiting on many tasks each get their own task's result.
+func TestWaitTaskConcurrent(t *testing.T) {
+	rt := newEnv(t).start()
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			id := fmt.Sprint("c", i)
+			if res := submit(t, rt, id, fmt.Sprint("in ", i)); res.Err != nil {
+				errs <- res.Err
+				return
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			st, ok, err := rt.WaitTask(ctx, id)
+			if err != nil || !ok || st.Status != "done" || string(st.Output) != fmt.Sprintf("%q", fmt.Sprint("in ", i)) {
+				errs <- fmt.Errorf("task %s: %+v %v %v", id, st, ok, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, ok, err := rt.WaitTask(ctx, "never-sent"); ok || err != nil {
+		t.Fatalf("unknown task: found=%v err=%v", ok, err)
+	}
+}

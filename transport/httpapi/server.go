@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -128,8 +129,14 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, agent.CodeBadJSON, err.Error())
 		return
 	}
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
+	}
 	res := rt.Submit(r.Context(), ev)
 	switch {
+	case res.Err == nil && wait > 0:
+		s.answerAfterWait(w, r, rt, task.TaskID, wait)
 	case res.Err == nil && res.Duplicate:
 		writeJSON(w, http.StatusOK, res.State)
 	case res.Err == nil:
@@ -156,6 +163,14 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, agent.CodeBadTaskID, err.Error())
 		return
 	}
+	wait, ok := waitParam(w, r)
+	if !ok {
+		return
+	}
+	if wait > 0 {
+		s.answerAfterWait(w, r, rt, id, wait)
+		return
+	}
 	st, ok, err := rt.TaskState(r.Context(), id)
 	switch {
 	case err != nil:
@@ -164,6 +179,42 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
 	default:
 		writeJSON(w, http.StatusOK, st)
+	}
+}
+
+// MaxWait bounds the wait query parameter.
+const MaxWait = 60 * time.Second
+
+// waitParam reads ?wait=DURATION (a Go duration: 500ms, 10s, 1m; at most
+// MaxWait). It answers 400 itself when the value is bad.
+func waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 || d > MaxWait {
+		writeError(w, http.StatusBadRequest, "bad_wait", fmt.Sprintf("wait=%q: want a duration from 0s to %s, such as 500ms or 10s", v, MaxWait))
+		return 0, false
+	}
+	return d, true
+}
+
+// answerAfterWait answers with the task's state once it is final (200), or
+// with its current state when the wait runs out first (202).
+func (s *Server) answerAfterWait(w http.ResponseWriter, r *http.Request, rt *agent.Runtime, id string, wait time.Duration) {
+	ctx, cancel := context.WithTimeout(r.Context(), wait)
+	defer cancel()
+	st, ok, err := rt.WaitTask(ctx, id)
+	switch {
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, "store_error", err.Error())
+	case !ok:
+		writeError(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
+	case st.Final():
+		writeJSON(w, http.StatusOK, st)
+	default:
+		writeJSON(w, http.StatusAccepted, st)
 	}
 }
 
