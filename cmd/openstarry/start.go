@@ -24,6 +24,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/logx"
 	"github.com/openstarry/openstarry-edge/transport/broker"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 )
 
@@ -119,8 +120,16 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	if err != nil {
 		return err
 	}
+	// The last log lines, the daemon's and its agents', for the hub's
+	// logs.tail command.
+	ring := logx.NewRing(fleet.MaxTailLines)
+	childLog = io.MultiWriter(childLog, ring)
+	log = log.Output(childLog)
 	mi, err := newMQTTInfra(cfg, log)
 	if err != nil {
+		return err
+	}
+	if err := mi.enableFleet(cfg, fleetOps{cfg: cfg, ring: ring}); err != nil {
 		return err
 	}
 	log.Info().Str("data", cfg.Data).Str("version", version).Msg("openstarry daemon starting")
@@ -158,9 +167,38 @@ type mqttInfra struct {
 	url    string
 	client paho.Client
 	up     atomic.Bool
+	everUp atomic.Bool
 
 	mu      sync.Mutex      // guards running and orders the status publications
 	running map[string]bool // agents in state running, for the status topic
+
+	fleetDev  *fleet.Device   // the hub's signed commands
+	reporter  *fleet.Reporter // the retained telemetry
+	reconnect atomic.Int64    // connections after the first
+	stopFleet context.CancelFunc
+}
+
+// enableFleet makes the daemon's client answer the hub's signed commands and
+// publish the device's telemetry.
+func (m *mqttInfra) enableFleet(cfg *config.Config, ops fleetOps) error {
+	if m.cfg.Disabled {
+		return nil
+	}
+	keys, err := trustedFleetKeys(cfg)
+	if err != nil {
+		return err
+	}
+	nonces, err := fleet.OpenNonces(fleetNoncesPath(cfg))
+	if err != nil {
+		return err
+	}
+	m.fleetDev = fleet.NewDevice(fleet.DeviceConfig{Prefix: m.cfg.TopicPrefix, Device: m.device, Trusted: keys,
+		Nonces: nonces, Ops: ops, Log: m.log.With().Str("component", "fleet").Logger()})
+	m.reporter = fleet.NewReporter(m.cfg.TopicPrefix, m.device, m.cfg.TelemetryInterval,
+		ops.telemetry(m.device, time.Now(), func() map[string]int64 {
+			return map[string]int64{"mqtt_reconnects": m.reconnect.Load()}
+		}))
+	return nil
 }
 
 func newMQTTInfra(cfg *config.Config, log zerolog.Logger) (*mqttInfra, error) {
@@ -228,9 +266,16 @@ func (m *mqttInfra) connect() error {
 		SetConnectRetryInterval(2*time.Second).SetMaxReconnectInterval(30*time.Second).
 		SetBinaryWill(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device),
 			mqtt.StatusPayload("offline", m.device, version, nil, "connection lost", time.Now()), 1, true).
-		SetOnConnectHandler(func(paho.Client) {
+		SetOnConnectHandler(func(c paho.Client) {
 			m.up.Store(true)
+			if m.everUp.Swap(true) {
+				m.reconnect.Add(1)
+			}
 			m.publishStatus()
+			if m.fleetDev != nil {
+				m.fleetDev.Subscribe(c)
+				m.reporter.Attach(c)
+			}
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
 			m.up.Store(false)
@@ -247,6 +292,11 @@ func (m *mqttInfra) connect() error {
 		opts.SetTLSConfig(tc)
 	}
 	m.client = paho.NewClient(opts)
+	if m.reporter != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		m.stopFleet = cancel
+		go m.reporter.Run(ctx)
+	}
 	m.client.Connect() // with ConnectRetry it keeps trying; not awaited
 	return nil
 }
@@ -293,6 +343,10 @@ func (m *mqttInfra) publishStatus() {
 // Close marks the device offline (retained) and disconnects; the agents
 // have stopped by then.
 func (m *mqttInfra) Close() error {
+	if m.stopFleet != nil {
+		m.stopFleet()
+		m.fleetDev.Wait()
+	}
 	if m.client != nil {
 		if m.client.IsConnectionOpen() {
 			tok := m.client.Publish(mqtt.StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
@@ -358,6 +412,9 @@ func (m *mqttInfra) publishState(a control.AgentInfo) {
 	m.mu.Unlock()
 	if changed {
 		m.publishStatus() // the list as it is then: the last publication is the latest
+	}
+	if m.reporter != nil {
+		m.reporter.Poke()
 	}
 }
 

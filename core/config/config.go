@@ -60,6 +60,9 @@ type MQTT struct {
 	CA           string
 	Cert         string
 	Key          string
+	// TelemetryInterval is how often the daemon publishes the device's
+	// retained telemetry (also on every agent state change).
+	TelemetryInterval time.Duration
 }
 
 // Supervise tunes the restart policy of the agent processes.
@@ -122,6 +125,7 @@ var Keys = []Key{
 	{Name: "mqtt.password", Env: "OPENSTARRY_MQTT_PASSWORD", Doc: "MQTT password; handed to the agents through their environment, never on a command line", Secret: true, field: func(c *Config) any { return &c.MQTT.Password }},
 	{Name: "mqtt.ca", Env: "OPENSTARRY_MQTT_CA", Doc: "PEM file of the CA that signed the hub's certificate; empty: the system roots", field: func(c *Config) any { return &c.MQTT.CA }},
 	{Name: "mqtt.cert", Env: "OPENSTARRY_MQTT_CERT", Doc: "PEM client certificate for TLS", field: func(c *Config) any { return &c.MQTT.Cert }},
+	{Name: "mqtt.telemetry_interval", Env: "OPENSTARRY_MQTT_TELEMETRY_INTERVAL", Default: "1m", Doc: "how often the device's retained telemetry is published ({prefix}/{device}/telemetry), besides every agent state change", field: func(c *Config) any { return &c.MQTT.TelemetryInterval }},
 	{Name: "mqtt.key", Env: "OPENSTARRY_MQTT_KEY", Doc: "PEM key of mqtt.cert", field: func(c *Config) any { return &c.MQTT.Key }},
 
 	{Name: "supervise.backoff_initial", Env: "OPENSTARRY_SUPERVISE_BACKOFF_INITIAL", Default: "200ms", Doc: "wait before restarting a crashed agent; doubles with each restart in the crash-loop window, ±20% jitter", field: func(c *Config) any { return &c.Supervise.BackoffInitial }},
@@ -195,6 +199,20 @@ func (c *Config) Get(name string) (string, bool) {
 		return strings.Join(*p, ","), true
 	}
 	return "", false
+}
+
+// Effective returns every key's value as text, secrets shown as "(set)" or
+// "": what an operator may read remotely (the fleet's config.get).
+func (c *Config) Effective() map[string]string {
+	out := make(map[string]string, len(Keys))
+	for _, k := range Keys {
+		v, _ := c.Get(k.Name)
+		if k.Secret && v != "" {
+			v = "(set)"
+		}
+		out[k.Name] = v
+	}
+	return out
 }
 
 // Load returns the defaults, overlaid with the file at path (none when path

@@ -63,42 +63,12 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 		tp := TopicsFor(o.TopicPrefix, o.Device, o.Agent, DefaultFleetGroup)
 		topic, results = tp.Tasks, tp.Results
 	}
-	u, secure, err := ParseBrokerURL(o.Broker)
-	if err != nil {
-		return nil, err
-	}
-	tc, err := TLSConfig(u, secure, o.CAFile, o.CertFile, o.KeyFile)
-	if err != nil {
-		return nil, err
-	}
-	id := make([]byte, 6)
-	_, _ = rand.Read(id)
-	opts := paho.NewClientOptions().AddBroker(u.String()).
-		SetClientID("openstarry-cli-" + hex.EncodeToString(id)).
-		SetCleanSession(true).
-		SetProtocolVersion(4).
-		SetConnectTimeout(min(o.Timeout, DefaultConnectTimeout)).
-		SetAutoReconnect(false)
-	if o.Username != "" {
-		opts.SetUsername(o.Username)
-		opts.SetPassword(o.Password)
-	}
-	if tc != nil {
-		opts.SetTLSConfig(tc)
-	}
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
-	pc := paho.NewClient(opts)
-	tok := pc.Connect()
-	if err := waitToken(ctx, tok, o.Timeout); err != nil {
-		var rc byte = packets.ErrNetworkError
-		if ct, ok := tok.(*paho.ConnectToken); ok && done(tok) {
-			rc = ct.ReturnCode()
-		}
-		if fatal := classify(rc, err); fatal != nil {
-			return nil, connectError(u, fatal, err)
-		}
-		return nil, fmt.Errorf("mqtt: cannot connect to %s: %w", u.Redacted(), cause(err))
+	pc, err := Dial(ctx, DialOptions{Broker: o.Broker, Username: o.Username, Password: o.Password,
+		CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile, Timeout: o.Timeout})
+	if err != nil {
+		return nil, err
 	}
 	defer pc.Disconnect(100)
 
@@ -131,4 +101,59 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 	case <-ctx.Done():
 		return nil, fmt.Errorf("task %s: %w (%s) on %s", t.TaskID, ErrNoResult, o.Timeout, results)
 	}
+}
+
+// DialOptions say how a short-lived command-line client connects.
+type DialOptions struct {
+	Broker                    string
+	Username, Password        string
+	CAFile, CertFile, KeyFile string
+	Timeout                   time.Duration // bounds connecting
+}
+
+// Dial connects a clean-session client with a random id, for the commands
+// that publish something and wait for an answer. A refused login or a
+// failed TLS handshake is an error that says what to check.
+func Dial(ctx context.Context, o DialOptions) (paho.Client, error) {
+	u, secure, err := ParseBrokerURL(o.Broker)
+	if err != nil {
+		return nil, err
+	}
+	tc, err := TLSConfig(u, secure, o.CAFile, o.CertFile, o.KeyFile)
+	if err != nil {
+		return nil, err
+	}
+	id := make([]byte, 6)
+	_, _ = rand.Read(id)
+	opts := paho.NewClientOptions().AddBroker(u.String()).
+		SetClientID("openstarry-cli-" + hex.EncodeToString(id)).
+		SetCleanSession(true).
+		SetProtocolVersion(4).
+		SetConnectTimeout(min(o.Timeout, DefaultConnectTimeout)).
+		SetAutoReconnect(false)
+	if o.Username != "" {
+		opts.SetUsername(o.Username)
+		opts.SetPassword(o.Password)
+	}
+	if tc != nil {
+		opts.SetTLSConfig(tc)
+	}
+	pc := paho.NewClient(opts)
+	tok := pc.Connect()
+	if err := waitToken(ctx, tok, o.Timeout); err != nil {
+		var rc byte = packets.ErrNetworkError
+		if ct, ok := tok.(*paho.ConnectToken); ok && done(tok) {
+			rc = ct.ReturnCode()
+		}
+		if fatal := classify(rc, err); fatal != nil {
+			return nil, connectError(u, fatal, err)
+		}
+		return nil, fmt.Errorf("mqtt: cannot connect to %s: %w", u.Redacted(), cause(err))
+	}
+	return pc, nil
+}
+
+// WaitToken waits for an MQTT operation within ctx and limit.
+func WaitToken(ctx context.Context, tok paho.Token, limit time.Duration) error {
+	return waitToken(ctx, tok, limit)
 }

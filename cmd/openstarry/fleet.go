@@ -1,0 +1,167 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/transport/broker"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+)
+
+type fleetFlags struct {
+	mqtt    mqttFlags
+	key     string
+	agent   string
+	lines   int
+	timeout time.Duration
+	wait    time.Duration
+	json    bool
+}
+
+func (f *fleetFlags) dial() mqtt.DialOptions {
+	return mqtt.DialOptions{Broker: orDefault(f.mqtt.broker, "tcp://"+broker.DefaultListen), Username: f.mqtt.username,
+		Password: f.mqtt.password, CAFile: f.mqtt.ca, CertFile: f.mqtt.cert, KeyFile: f.mqtt.key, Timeout: f.timeout}
+}
+
+func init() {
+	fleetCmd := &cobra.Command{Use: "fleet", Short: "Operate a fleet of devices through the hub", Args: cobra.NoArgs}
+
+	var cf fleetFlags
+	command := &cobra.Command{
+		Use:   "command --device D --key FILE NAME",
+		Short: "Send a signed command to a device and print its reply",
+		Long: `Sign a command with the fleet's private key (the one that signs templates,
+from openstarry templates keygen), publish it to the device's command topic and
+print the device's reply as JSON. Commands: ` + strings.Join(fleet.Commands, ", ") + `.
+agent.* take --agent; logs.tail takes --lines.
+
+A device obeys a command only when one of its design.trusted_keys verifies the
+signature, the command names it, has not expired (--timeout) and was never
+obeyed before; otherwise it publishes the command to its dead letter topic with
+the reason, and no reply comes. Exit status 0 when the command succeeded, 1
+otherwise.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return fleetCommand(cmd, cf, args[0]) },
+	}
+	fl := command.Flags()
+	cf.mqtt.bindClient(fl, "hub broker URL: tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]; default tcp://"+broker.DefaultListen)
+	fl.StringVar(&cf.key, "key", envOr("OPENSTARRY_FLEET_KEY", ""), "the fleet's private key file (env OPENSTARRY_FLEET_KEY)")
+	fl.StringVar(&cf.agent, "agent", "", "agent id, for agent.restart, agent.stop and agent.start")
+	fl.IntVar(&cf.lines, "lines", 0, fmt.Sprintf("lines of logs.tail (default 100, at most %d)", fleet.MaxTailLines))
+	fl.DurationVar(&cf.timeout, "timeout", 30*time.Second, fmt.Sprintf("how long the command is valid and the reply is awaited (at most %s)", fleet.MaxLifetime))
+	fleetCmd.AddCommand(command)
+
+	var sf fleetFlags
+	status := &cobra.Command{
+		Use:   "status [--broker URL]",
+		Short: "Print every device the hub knows, from their retained status and telemetry",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return fleetStatus(cmd, sf) },
+	}
+	fl = status.Flags()
+	sf.mqtt.bindClient(fl, "hub broker URL: tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]; default tcp://"+broker.DefaultListen)
+	fl.DurationVar(&sf.wait, "wait", time.Second, "how long to collect the retained messages")
+	fl.DurationVar(&sf.timeout, "timeout", 10*time.Second, "connection timeout")
+	fl.BoolVar(&sf.json, "json", false, "print JSON")
+	fleetCmd.AddCommand(status)
+	rootCmd.AddCommand(fleetCmd)
+}
+
+func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
+	if f.key == "" {
+		return errors.New("--key is required: the fleet's private key file")
+	}
+	priv, err := design.ReadPrivateKeyFile(f.key)
+	if err != nil {
+		return err
+	}
+	if f.mqtt.device == "" {
+		return errors.New("--device is required")
+	}
+	args := map[string]any{}
+	if f.agent != "" {
+		args["agent"] = f.agent
+	}
+	if f.lines > 0 {
+		args["lines"] = f.lines
+	}
+	raw, _ := json.Marshal(args)
+	if len(args) == 0 {
+		raw = nil
+	}
+	rep, err := fleet.SendCommand(cmd.Context(), f.dial(), orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix), f.mqtt.device, name, raw, priv, f.timeout)
+	if err != nil {
+		return mqttHint(err)
+	}
+	b, _ := json.Marshal(rep)
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	if !rep.OK {
+		return exitCode(exitFailure, fmt.Errorf("%s on %s: %s", name, f.mqtt.device, rep.Error))
+	}
+	return nil
+}
+
+func fleetStatus(cmd *cobra.Command, f fleetFlags) error {
+	views, err := fleet.CollectStatus(cmd.Context(), f.dial(), orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix), f.wait)
+	if err != nil {
+		return mqttHint(err)
+	}
+	if f.json {
+		b, _ := json.Marshal(views)
+		fmt.Fprintln(cmd.OutOrStdout(), string(b))
+		return nil
+	}
+	printFleet(cmd.OutOrStdout(), views, time.Now())
+	return nil
+}
+
+// printFleet writes one line per device.
+func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tUP\tAGENTS\tRESTARTS\tSTORE\tDISK FREE\tSEEN")
+	for _, v := range views {
+		state := orDefault(v.State, "-")
+		ver, up, agents, restarts, store, free, seen := "-", "-", "-", "-", "-", "-", "-"
+		if t := v.Telemetry; t != nil {
+			ver, up = t.Version, shortDur(time.Duration(t.UptimeSeconds)*time.Second)
+			running, total, rs := 0, len(t.Agents), 0
+			for _, a := range t.Agents {
+				if a.State == "running" {
+					running++
+				}
+				rs += a.Restarts
+			}
+			agents = fmt.Sprintf("%d/%d running", running, total)
+			restarts = strconv.Itoa(rs)
+			store = humanBytes(t.StoreBytes)
+			if t.DiskFreeBytes >= 0 {
+				free = humanBytes(t.DiskFreeBytes)
+			}
+			seen = shortDur(now.Sub(t.Time)) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Device, state, ver, up, agents, restarts, store, free, seen)
+	}
+	tw.Flush()
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

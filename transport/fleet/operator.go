@@ -1,0 +1,139 @@
+package fleet
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+)
+
+// SendCommand signs a command for device, publishes it and waits for its
+// reply (within timeout, which is also the command's lifetime).
+func SendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, name string, args json.RawMessage,
+	priv ed25519.PrivateKey, timeout time.Duration) (*Reply, error) {
+	if timeout <= 0 || timeout > MaxLifetime {
+		timeout = 30 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	idb := make([]byte, 8)
+	_, _ = rand.Read(idb)
+	now := time.Now()
+	cmd := Command{ID: "c-" + hex.EncodeToString(idb), Name: name, Device: device, Args: args,
+		IssuedAt: now.UTC(), ExpiresAt: now.Add(timeout).UTC()}
+	env, err := Sign(priv, cmd)
+	if err != nil {
+		return nil, err
+	}
+	dial.Timeout = timeout
+	pc, err := mqtt.Dial(ctx, dial)
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Disconnect(100)
+	got := make(chan Reply, 1)
+	replies := ReplyTopic(prefix, device, name)
+	onReply := func(_ paho.Client, m paho.Message) {
+		var r Reply
+		if json.Unmarshal(m.Payload(), &r) == nil && r.ID == cmd.ID {
+			select {
+			case got <- r:
+			default:
+			}
+		}
+	}
+	if err := mqtt.WaitToken(ctx, pc.Subscribe(replies, 1, onReply), timeout); err != nil {
+		return nil, fmt.Errorf("mqtt: subscribe %s: %w", replies, err)
+	}
+	if err := mqtt.WaitToken(ctx, pc.Publish(CommandTopic(prefix, device, name), 1, false, env), timeout); err != nil {
+		return nil, fmt.Errorf("mqtt: publish the command: %w", err)
+	}
+	select {
+	case r := <-got:
+		return &r, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("no reply from device %s within %s (is it online, and does it trust this key? its dead letter topic %s/%s/deadletter says why it refused a command)",
+			device, timeout, prefix, device)
+	}
+}
+
+// DeviceView is one device in a fleet status: its last telemetry and its
+// retained status.
+type DeviceView struct {
+	Device    string     `json:"device"`
+	State     string     `json:"state"` // online, offline, or "" when no status is retained
+	Telemetry *Telemetry `json:"telemetry,omitempty"`
+}
+
+// CollectStatus reads the retained status and telemetry of every device on
+// the hub for wait and returns them by device id.
+func CollectStatus(ctx context.Context, dial mqtt.DialOptions, prefix string, wait time.Duration) ([]DeviceView, error) {
+	pc, err := mqtt.Dial(ctx, dial)
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Disconnect(100)
+	var mu sync.Mutex
+	views := map[string]*DeviceView{}
+	view := func(dev string) *DeviceView {
+		if v, ok := views[dev]; ok {
+			return v
+		}
+		v := &DeviceView{Device: dev}
+		views[dev] = v
+		return v
+	}
+	device := func(topic string) string {
+		rest := strings.TrimPrefix(topic, prefix+"/")
+		dev, _, _ := strings.Cut(rest, "/")
+		return dev
+	}
+	filters := map[string]byte{prefix + "/+/telemetry": 1, prefix + "/+/status": 1}
+	tok := pc.SubscribeMultiple(filters, func(_ paho.Client, m paho.Message) {
+		dev := device(m.Topic())
+		if dev == "fleet" || len(m.Payload()) == 0 {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case strings.HasSuffix(m.Topic(), "/telemetry"):
+			var t Telemetry
+			if json.Unmarshal(m.Payload(), &t) == nil {
+				view(dev).Telemetry = &t
+			}
+		case strings.HasSuffix(m.Topic(), "/status"):
+			var s struct {
+				State string `json:"state"`
+			}
+			if json.Unmarshal(m.Payload(), &s) == nil {
+				view(dev).State = s.State
+			}
+		}
+	})
+	if err := mqtt.WaitToken(ctx, tok, wait+10*time.Second); err != nil {
+		return nil, fmt.Errorf("mqtt: subscribe: %w", err)
+	}
+	select {
+	case <-time.After(wait):
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	out := make([]DeviceView, 0, len(views))
+	for _, v := range views {
+		out = append(out, *v)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Device < out[j].Device })
+	return out, nil
+}
