@@ -59,7 +59,9 @@ func CommandTopic(prefix, device, name string) string {
 }
 
 // ReplyTopic is where the reply to a command goes.
-func ReplyTopic(prefix, device, name string) string { return CommandTopic(prefix, device, name) + "/reply" }
+func ReplyTopic(prefix, device, name string) string {
+	return CommandTopic(prefix, device, name) + "/reply"
+}
 
 // Subscribe subscribes c to the device's commands; call it from the
 // client's OnConnect handler (the daemon's session is clean).
