@@ -296,7 +296,10 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		// ErrVersionMismatch, or one it makes no sentinel for.
 		return false, fmt.Errorf("%s is not a valid bbolt file (%v): %w", a.path, err, plugin.ErrCorrupt)
 	}
-	if err := boltCheck(db); err != nil {
+	// tx.Check also asserts that both meta pages are whole, which
+	// refuses what bbolt's second meta page is there for; with one of them
+	// damaged, checkFile's walk is the check.
+	if err := boltCheck(db); chk.metaErr == nil && err != nil {
 		_ = db.Close()
 		return false, corrupt("bbolt's consistency check: %v", err)
 	}

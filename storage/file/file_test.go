@@ -125,8 +125,9 @@ func TestLayout(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	want := []string{
-		"a.json", "a.json.prev", "a.prev.json", "a.prev.json.prev", "a.prev.results.jsonl", "a.results.jsonl",
-		"worker%3A7.json", "worker%3A7.json.prev", "worker%3A7.results.jsonl",
+		"a.json", "a.json.prev", "a.prev.json", "a.prev.json.prev", "a.prev.results.jsonl", "a.prev.results.jsonl.copy",
+		"a.results.jsonl", "a.results.jsonl.copy",
+		"worker%3A7.json", "worker%3A7.json.prev", "worker%3A7.results.jsonl", "worker%3A7.results.jsonl.copy",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("files %q, want %q", names, want)
