@@ -835,6 +835,10 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 			skip(gen, err)
 			continue
 		}
+		if bad := damagedTasks(tb); bad > 0 {
+			s.log.Warn().Str("agent", a.id).Str("file", a.path).Int("entries", bad).
+				Msgf("the task index holds %d damaged entries: the results of those tasks are lost", bad)
+		}
 		if m != nil && gen != m.Gen {
 			s.log.Warn().Str("agent", a.id).Uint64("generation", gen).Uint64("newest", m.Gen).Str("file", a.path).
 				Uint64("tick", snap.TickIndex).
