@@ -61,7 +61,7 @@ var damageStores = []damageStore{
 	{"file", []string{"--store", "file://"}, func(t *testing.T, data string) map[string]int64 {
 		dir := filepath.Join(data, "snapshots")
 		return sizes(t, filepath.Join(dir, damageAgent+".json"), filepath.Join(dir, damageAgent+".json.prev"),
-			filepath.Join(dir, damageAgent+".results.jsonl"))
+			filepath.Join(dir, damageAgent+".results.jsonl"), filepath.Join(dir, damageAgent+".results.jsonl.copy"))
 	}},
 }
 
