@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -100,20 +101,31 @@ func TestStoreDamage(t *testing.T) {
 const damageTasks = 8
 
 func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand) {
-	// A store with a few finished tasks, its agent killed, as a crash leaves it.
+	// A store with a few finished tasks: the agent stopped cleanly (SQLite
+	// checkpoints its WAL into the database), started again, given more
+	// tasks and killed, as a crash leaves it.
 	base := t.TempDir()
-	c := startChild(t, true, append([]string{"run", "--agent", damageAgent, "--data", base, "--listen", "127.0.0.1:0", "--no-mqtt"}, st.args...)...)
-	url := c.url()
 	var tasks []string
-	for i := 0; i < damageTasks; i++ {
-		id := fmt.Sprintf("d%d", i)
-		if code, body, err := postTask(t.Context(), url, damageAgent, []byte(`{"task_id":"`+id+`","input":"x"}`)); err != nil || code != 202 {
-			t.Fatalf("task %s: %d %s %v", id, code, body, err)
+	for run := 0; run < 2; run++ {
+		c := startChild(t, true, append([]string{"run", "--agent", damageAgent, "--data", base, "--listen", "127.0.0.1:0", "--no-mqtt"}, st.args...)...)
+		url := c.url()
+		for i := 0; i < damageTasks/2; i++ {
+			id := fmt.Sprintf("d%d", len(tasks))
+			if code, body, err := postTask(t.Context(), url, damageAgent, []byte(`{"task_id":"`+id+`","input":"x"}`)); err != nil || code != 202 {
+				t.Fatalf("task %s: %d %s %v", id, code, body, err)
+			}
+			waitDone(t, url, damageAgent, id)
+			tasks = append(tasks, id)
 		}
-		waitDone(t, url, damageAgent, id)
-		tasks = append(tasks, id)
+		if run == 1 {
+			c.kill()
+			break
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
+			t.Fatalf("stop: %d %v\n%s", code, err, c.logs())
+		}
 	}
-	c.kill()
 	files := st.used(t, base)
 
 	// The tick an undamaged copy comes back at.

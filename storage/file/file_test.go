@@ -67,6 +67,13 @@ func harness() storagetest.Harness {
 			flip(t, filepath.Join(dir, fileName(agentID)+extCurrent))
 			flip(t, filepath.Join(dir, fileName(agentID)+extPrev))
 		},
+		Files: func(dir, agentID string) []string {
+			var out []string
+			for _, ext := range []string{extCurrent, extPrev, extResults, extCopy} {
+				out = append(out, filepath.Join(dir, fileName(agentID)+ext))
+			}
+			return out
+		},
 	}
 }
 
