@@ -202,14 +202,14 @@ func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand)
 	sort.Strings(keys)
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %d damaged starts, newest tick %d\n", st.name, trials, newest)
-	fmt.Fprintf(&b, "  %-34s %14s %24s %8s\n", "file, damage", "loaded newest", "loaded previous (warned)", "refused")
+	fmt.Fprintf(&b, "  %-38s %14s %24s %8s\n", "file, damage", "loaded newest", "loaded previous (warned)", "refused")
 	var tot row
 	for _, k := range keys {
 		r := table[k]
-		fmt.Fprintf(&b, "  %-34s %14d %24d %8d\n", k, r.newest, r.previous, r.refused)
+		fmt.Fprintf(&b, "  %-38s %14d %24d %8d\n", k, r.newest, r.previous, r.refused)
 		tot.newest, tot.previous, tot.refused = tot.newest+r.newest, tot.previous+r.previous, tot.refused+r.refused
 	}
-	fmt.Fprintf(&b, "  %-34s %14d %24d %8d\n", "total", tot.newest, tot.previous, tot.refused)
+	fmt.Fprintf(&b, "  %-38s %14d %24d %8d\n", "total", tot.newest, tot.previous, tot.refused)
 	fmt.Fprintf(&b, "  failures (blank, panic, silent, other): %d", len(failures))
 	t.Log("\n" + b.String())
 	for _, f := range failures {
