@@ -100,11 +100,16 @@ func TestDamagedBucketName(t *testing.T) {
 			dir := t.TempDir()
 			path, _ := damagedStore(t, dir, "flip", 4)
 			patch(t, path, func(b []byte) []byte {
-				i := bytes.LastIndex(b, []byte(name))
-				if i < 0 {
+				// Every copy of the name: the live root page's, and those
+				// of older root pages, free now.
+				n := 0
+				for i := bytes.Index(b, []byte(name)); i >= 0; i = bytes.Index(b, []byte(name)) {
+					b[i+1] ^= 0x01
+					n++
+				}
+				if n == 0 {
 					t.Fatalf("no %q in the file", name)
 				}
-				b[i+1] ^= 0x01
 				return b
 			})
 			mustRefuse(t, dir, "flip", path)
