@@ -169,6 +169,14 @@ func checkFile(path string) (*fileCheck, error) {
 		return nil, fmt.Errorf("the freelist page %d is outside the file's %d pages", use.freelist, use.pgid)
 	}
 	w := &walker{f: f, ps: int(ps), hwm: use.pgid, seen: map[uint64]bool{}}
+	if used := use.pgid * ps; used <= wholeRead {
+		// One read instead of one a page: the check is bound by system
+		// calls, not by the bytes.
+		w.all = make([]byte, used)
+		if _, err := f.ReadAt(w.all, 0); err != nil {
+			return nil, err
+		}
+	}
 	if use.freelist != noFreelist {
 		if err := w.freelist(use.freelist); err != nil {
 			return nil, err
@@ -192,12 +200,27 @@ func readMeta(f *os.File, off, size int64) bmeta {
 	return parseMeta(buf)
 }
 
+// wholeRead is the largest file checkFile reads in one go; a larger one is
+// read a page at a time, so that the check's memory stays bounded.
+const wholeRead = 16 << 20
+
 // walker reads the pages of one file, each at most once.
 type walker struct {
 	f    *os.File
+	all  []byte // the pages in use, when the file is read whole
 	ps   int
 	hwm  uint64 // pages in use: every page id is below it
 	seen map[uint64]bool
+}
+
+// read returns n bytes of the file from off.
+func (w *walker) read(off int64, n int) ([]byte, error) {
+	if w.all != nil {
+		return w.all[off : off+int64(n)], nil // inside: page checks hwm first
+	}
+	b := make([]byte, n)
+	_, err := w.f.ReadAt(b, off)
+	return b, err
 }
 
 // page reads page id with its overflow pages, after checking that it lies
@@ -206,8 +229,8 @@ func (w *walker) page(id uint64, parent string) ([]byte, error) {
 	if id < 2 || id >= w.hwm {
 		return nil, fmt.Errorf("%s points at page %d, outside the file's %d pages", parent, id, w.hwm)
 	}
-	p := make([]byte, w.ps)
-	if _, err := w.f.ReadAt(p, int64(id)*int64(w.ps)); err != nil {
+	p, err := w.read(int64(id)*int64(w.ps), w.ps)
+	if err != nil {
 		return nil, fmt.Errorf("page %d: %w", id, err)
 	}
 	if got := ne.Uint64(p); got != id {
@@ -224,11 +247,9 @@ func (w *walker) page(id uint64, parent string) ([]byte, error) {
 		w.seen[i] = true
 	}
 	if over > 0 {
-		full := make([]byte, (over+1)*uint64(w.ps))
-		if _, err := w.f.ReadAt(full, int64(id)*int64(w.ps)); err != nil {
+		if p, err = w.read(int64(id)*int64(w.ps), int(over+1)*w.ps); err != nil {
 			return nil, fmt.Errorf("page %d: %w", id, err)
 		}
-		p = full
 	}
 	return p, nil
 }
@@ -265,15 +286,20 @@ func (w *walker) tree(id uint64, lo, hi []byte, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("page %d is nested deeper than %d", id, maxDepth)
 	}
-	p, err := w.page(id, fmt.Sprintf("a parent of page %d", id))
+	p, err := w.page(id, "its parent")
 	if err != nil {
 		return err
 	}
-	return w.node(p, fmt.Sprintf("page %d", id), lo, hi, depth)
+	return w.node(p, pageName(id), lo, hi, depth)
 }
 
+// pageName names a page in an error; only formatted when one is reported.
+type pageName uint64
+
+func (p pageName) String() string { return fmt.Sprintf("page %d", uint64(p)) }
+
 // node checks one branch or leaf page p, named name, and what it points to.
-func (w *walker) node(p []byte, name string, lo, hi []byte, depth int) error {
+func (w *walker) node(p []byte, name fmt.Stringer, lo, hi []byte, depth int) error {
 	if len(p) < pageHeaderSize {
 		return fmt.Errorf("%s is cut short", name)
 	}
@@ -281,7 +307,8 @@ func (w *walker) node(p []byte, name string, lo, hi []byte, depth int) error {
 	if pageHeaderSize+count*elemSize > uint64(len(p)) {
 		return fmt.Errorf("%s claims %d elements, more than it holds", name, count)
 	}
-	var keys, children [][]byte
+	keys := make([][]byte, 0, count)
+	var children [][]byte
 	var kids []uint64
 	for i := uint64(0); i < count; i++ {
 		off := pageHeaderSize + i*elemSize
@@ -336,7 +363,7 @@ func (w *walker) node(p []byte, name string, lo, hi []byte, depth int) error {
 }
 
 // bucket checks a bucket whose value v is found in the page named parent.
-func (w *walker) bucket(v []byte, parent string, depth int) error {
+func (w *walker) bucket(v []byte, parent fmt.Stringer, depth int) error {
 	if len(v) < bucketHeader {
 		return fmt.Errorf("%s holds a bucket value of %d bytes", parent, len(v))
 	}
@@ -350,5 +377,9 @@ func (w *walker) bucket(v []byte, parent string, depth int) error {
 	if depth > maxDepth {
 		return fmt.Errorf("%s: buckets nested deeper than %d", parent, maxDepth)
 	}
-	return w.node(inline, "an inline bucket in "+parent, nil, nil, depth)
+	return w.node(inline, inlineName{parent}, nil, nil, depth)
 }
+
+type inlineName struct{ parent fmt.Stringer }
+
+func (n inlineName) String() string { return "an inline bucket in " + n.parent.String() }
