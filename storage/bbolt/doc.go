@@ -32,7 +32,8 @@
 // them. Inside the file, the "snapshot" bucket holds generation records
 // (keyed 'r' + 8-byte big-endian generation), one history message per key
 // ('h' + 8-byte key) and one queued event per key ('q' + 8-byte key); the
-// "tasks" bucket is the task index. A record holds the snapshot's contract
+// "tasks" bucket is the task index, and the small "mark" bucket names the
+// generation the last Save wrote and the one it kept (see record.go). A record holds the snapshot's contract
 // JSON without history and queue, and for each list the kernel position of
 // its first element (Snapshot.HistorySeq, QueueSeq), the key of that element,
 // the count, and a checksum of the last element. Every value is framed with
@@ -64,6 +65,20 @@
 // returns an error wrapping plugin.ErrCorrupt that names the file. It never
 // answers a corrupt file with a blank agent. A file that is not a bbolt file
 // at all is reported the same way and left untouched; Delete removes it.
+//
+// A file that was ever written never reads as new. A file is created whole
+// (bbolt initialises it under a temporary name, then a hard link names it),
+// so an empty or cut-short state.db is damage. Before bbolt maps a file,
+// verify.go reads its two meta pages and every page reachable from the one
+// bbolt will use, and refuses a file whose pages lie past its end or do not
+// hold together: bbolt would fault on its mapping (SIGBUS, not recoverable)
+// or fail an assertion in a goroutine of its own. bbolt's tx.Check runs
+// next. Both cost one read of the pages in use per process (BenchmarkOpen).
+// Then Load refuses a file with a bucket it does not know (a damaged name),
+// without the snapshot bucket though transactions were committed, or whose
+// generation mark names records that are not there; when only the newest
+// record is missing it loads the kept one with a warning. Opening and
+// refusing write nothing. Any panic while opening or reading is a refusal.
 //
 // # Task index
 //

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"math"
 
+	bolt "go.etcd.io/bbolt"
+
 	"github.com/openstarry/openstarry-edge/core/agent"
 )
 
@@ -281,4 +283,81 @@ func recordBody(s *agent.Snapshot) ([]byte, error) {
 	bare.Outbox = nil
 	bare.RecentEventIDs = nil
 	return agent.Encode(&bare)
+}
+
+// The generation mark lives outside the snapshot bucket, in a bucket of its
+// own small enough to stay inline in the root page, which every Save
+// rewrites anyway: it costs no page. It names the generation the last Save
+// wrote and the one it kept, so that a record lost with its key, or a whole
+// bucket lost with its name, is seen as damage rather than read as an older
+// or a new agent:
+//
+//	mark bucket
+//	  'g'    8-byte newest generation, 8-byte kept generation (0: none),
+//	         1 byte of flags (1: the tasks bucket exists), framed
+//	snapshot bucket
+//	  'm'    empty payload, framed: this file keeps a mark, so a missing
+//	         mark bucket is damage (files written before the mark have none)
+var bucketMark = []byte("mark")
+
+var (
+	keyMark   = []byte{'g'}
+	keyMarked = []byte{'m'}
+)
+
+// genMark is the content of the generation mark.
+type genMark struct {
+	Gen, Base uint64
+	Tasks     bool
+}
+
+// writeMark records, in Save's transaction, that generation gen is the
+// newest and base (nil: none) the one kept.
+func writeMark(tx *bolt.Tx, b *bolt.Bucket, gen uint64, base *record) error {
+	mb, err := tx.CreateBucketIfNotExists(bucketMark)
+	if err != nil {
+		return err
+	}
+	p := binary.BigEndian.AppendUint64(make([]byte, 0, 17), gen)
+	var baseGen uint64
+	if base != nil {
+		baseGen = base.Gen
+	}
+	p = binary.BigEndian.AppendUint64(p, baseGen)
+	var flags byte
+	if tx.Bucket(bucketTasks) != nil {
+		flags |= 1
+	}
+	p = append(p, flags)
+	if err := mb.Put(keyMark, appendFrame(nil, keyMark, p)); err != nil {
+		return err
+	}
+	if b.Get(keyMarked) == nil {
+		return b.Put(keyMarked, appendFrame(nil, keyMarked, nil))
+	}
+	return nil
+}
+
+// readMark returns the mark of the bucket mb, nil when there is none, and
+// an error when it fails its checks.
+func readMark(mb *bolt.Bucket) (*genMark, error) {
+	if mb == nil {
+		return nil, nil
+	}
+	v := mb.Get(keyMark)
+	if v == nil {
+		return nil, errors.New("the mark bucket is empty")
+	}
+	p, err := openFrame(keyMark, v)
+	if err != nil {
+		return nil, err
+	}
+	if len(p) != 17 || p[16]&^1 != 0 {
+		return nil, fmt.Errorf("%w: a mark of %d bytes", errBadFrame, len(p))
+	}
+	m := &genMark{Gen: binary.BigEndian.Uint64(p), Base: binary.BigEndian.Uint64(p[8:]), Tasks: p[16]&1 != 0}
+	if m.Base >= m.Gen {
+		return nil, fmt.Errorf("%w: a mark whose kept generation %d is not below %d", errBadFrame, m.Base, m.Gen)
+	}
+	return m, nil
 }

@@ -1,6 +1,7 @@
 package bbolt
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -226,6 +229,12 @@ func (s *Store) newAgent(id string) *agentStore {
 
 // open opens the agent's file if it is not open yet. Without create, a
 // missing file is not created and open reports false. a.mu is held.
+//
+// A file is created whole or not at all (see create), so an existing file
+// that is empty, cut short or damaged is never taken for a new agent: it is
+// checked (checkFile) before bbolt maps it, then by bbolt's own consistency
+// check, and refused with an error wrapping plugin.ErrCorrupt that names it.
+// Opening writes nothing to an existing file.
 func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	if a.db != nil {
 		return true, nil
@@ -236,7 +245,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		if !create {
 			return false, nil
 		}
-		if err := os.MkdirAll(filepath.Dir(a.path), 0o750); err != nil {
+		if err := s.create(a); err != nil {
 			return false, err
 		}
 	case err != nil:
@@ -245,17 +254,35 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		return false, fmt.Errorf("%s is not a regular file", a.path)
 	}
 	created := fi == nil
+	corrupt := func(why string, args ...any) error {
+		return fmt.Errorf("%s is damaged: %s: %w", a.path, fmt.Sprintf(why, args...), plugin.ErrCorrupt)
+	}
 
-	// bbolt panics on some damaged files (a page it cannot walk); that is
-	// a corrupt file to us, not a crash.
+	chk, err := checkFile(a.path)
+	if err != nil {
+		if errors.As(err, new(*fs.PathError)) {
+			return false, err // the system refused: permissions, I/O
+		}
+		return false, corrupt("%v", err)
+	}
+	if chk.metaErr != nil {
+		if chk.txid <= 1 {
+			// The other meta page is the one bbolt wrote when it created
+			// the file: using it would read the agent as new.
+			return false, corrupt("%v, and the other one is that of the empty file", chk.metaErr)
+		}
+		s.log.Warn().Str("agent", a.id).Str("file", a.path).Uint64("txid", chk.txid).Err(chk.metaErr).
+			Msg("a meta page of the store is damaged; opening the commit the other one names, which may be the one before the newest")
+	}
+
+	// Whatever got past checkFile and still makes bbolt panic (or fault on
+	// its mapping) is a damaged file to us, not a crash.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%s is damaged (%v): %w", a.path, r, plugin.ErrCorrupt)
+			err = corrupt("bbolt: %v", r)
 		}
 	}()
-	// A file that is not a bbolt file fails here without being written to:
-	// bbolt only reads the meta pages of an existing non-empty file before
-	// validating them, and with NoFreelistSync it writes nothing at open.
 	bo := s.tune.bolt
 	db, err := bolt.Open(a.path, 0o600, &bo)
 	switch {
@@ -266,9 +293,15 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		return false, err // the system refused: permissions, space, I/O
 	default:
 		// bbolt's verdict on the content: ErrInvalid, ErrChecksum,
-		// ErrVersionMismatch, or one it makes no sentinel for, such as
-		// "file size too small".
+		// ErrVersionMismatch, or one it makes no sentinel for.
 		return false, fmt.Errorf("%s is not a valid bbolt file (%v): %w", a.path, err, plugin.ErrCorrupt)
+	}
+	// tx.Check also asserts that both meta pages are whole, which
+	// refuses what bbolt's second meta page is there for; with one of them
+	// damaged, checkFile's walk is the check.
+	if err := boltCheck(db); chk.metaErr == nil && err != nil {
+		_ = db.Close()
+		return false, corrupt("bbolt's consistency check: %v", err)
 	}
 	db.AllocSize = s.tune.allocSize
 	if created {
@@ -285,6 +318,59 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	a.db = db
 	a.cache = nil
 	return true, nil
+}
+
+// boltCheck runs bbolt's consistency check (tx.Check) in a read
+// transaction and returns its first findings. After checkFile it only reads
+// pages inside the file; its cost is one more walk of the pages in use,
+// from memory (BenchmarkOpen measures it).
+func boltCheck(db *bolt.DB) error {
+	return db.View(func(tx *bolt.Tx) error {
+		var errs []error
+		for err := range tx.Check() {
+			if len(errs) < 3 {
+				errs = append(errs, err)
+			}
+		}
+		return errors.Join(errs...)
+	})
+}
+
+// tmpPrefix starts the name of a file being created (see create).
+const tmpPrefix = FileName + ".new-"
+
+// create makes the agent's file whole or not at all: bbolt initialises it
+// under a temporary name, and a hard link, which fails when the name is
+// taken, gives it its name. So a state.db that exists was complete when it
+// appeared, and one that is empty or cut short is damage, never a new
+// agent. A temporary file left by a crash is removed with the agent.
+func (s *Store) create(a *agentStore) error {
+	dir := filepath.Dir(a.path)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
+	if err != nil {
+		return err
+	}
+	name := tmp.Name()
+	defer os.Remove(name)
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	bo := s.tune.bolt
+	bo.Timeout = 0
+	db, err := bolt.Open(name, 0o600, &bo) // writes the first four pages and syncs them
+	if err != nil {
+		return err
+	}
+	if err := db.Close(); err != nil {
+		return err
+	}
+	if err := os.Link(name, a.path); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	return nil
 }
 
 // syncDir makes the entries of a directory durable.
@@ -409,6 +495,9 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 
 	if err := b.Put(key(prefixRecord, rec.Gen), encodeRecord(nil, rec, body)); err != nil {
 		return nil, err
+	}
+	if err := writeMark(tx, b, rec.Gen, base); err != nil {
+		return nil, fmt.Errorf("generation mark: %w", err)
 	}
 
 	// Keep base and rec; drop every other generation (normally one: the
@@ -648,6 +737,7 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 // view runs fn in a read transaction, turning a bbolt panic on a damaged
 // page into ErrCorrupt.
 func view(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
@@ -659,6 +749,7 @@ func view(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
 // update runs fn in a write transaction, turning a bbolt panic on a damaged
 // page into ErrCorrupt; bbolt rolls the transaction back first.
 func update(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
@@ -667,34 +758,98 @@ func update(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
 	return db.Update(fn)
 }
 
-// read is the transaction of Load.
+// read is the transaction of Load. A file that was ever written never reads
+// as new: a missing bucket, a missing record, a generation mark that names
+// none of the records, or a bucket bbolt does not know (a damaged name) is
+// corruption, answered with the previous generation when the mark allows it
+// and otherwise with an error wrapping plugin.ErrCorrupt.
 func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error) {
-	b := tx.Bucket(bucketSnapshot)
+	corrupt := func(why string, args ...any) error {
+		return fmt.Errorf("%s is damaged: %s: %w", a.path, fmt.Sprintf(why, args...), plugin.ErrCorrupt)
+	}
+	var unknown []string
+	_ = tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+		if !bytes.Equal(name, bucketSnapshot) && !bytes.Equal(name, bucketTasks) && !bytes.Equal(name, bucketMark) {
+			unknown = append(unknown, fmt.Sprintf("%q", name))
+		}
+		return nil
+	})
+	if len(unknown) > 0 {
+		return nil, nil, corrupt("it holds buckets this store never writes (%s): a damaged name", strings.Join(unknown, ", "))
+	}
+	b, mb, tb := tx.Bucket(bucketSnapshot), tx.Bucket(bucketMark), tx.Bucket(bucketTasks)
 	if b == nil {
+		// bbolt's first two transaction ids are those of the meta pages it
+		// writes when it creates the file; every commit after them is a Save,
+		// which writes the snapshot bucket.
+		if tx.ID() > 1 || mb != nil || tb != nil {
+			return nil, nil, corrupt("%d transactions were committed, but the snapshot bucket is missing", tx.ID()-1)
+		}
 		return nil, nil, nil
 	}
+	m, markErr := readMark(mb)
+	switch {
+	case markErr != nil:
+		s.log.Warn().Str("agent", a.id).Str("file", a.path).Err(markErr).
+			Msg("the generation mark is damaged; loading the newest good generation without it")
+	case m == nil && b.Get(keyMarked) != nil:
+		return nil, nil, corrupt("the generation mark is missing")
+	case m != nil && m.Tasks && tb == nil:
+		return nil, nil, corrupt("the task index is missing")
+	}
+
 	var gens [][2][]byte // newest first; bbolt's slices stay valid until the transaction ends
 	c := b.Cursor()
 	for k, v := c.Seek([]byte{prefixRecord}); k != nil && k[0] == prefixRecord; k, v = c.Next() {
 		gens = append([][2][]byte{{k, v}}, gens...)
 	}
 	if len(gens) == 0 {
-		return nil, nil, nil
+		return nil, nil, corrupt("the snapshot bucket holds no generation record")
 	}
 	var firstErr error
-	for _, g := range gens {
-		snap, st, err := readGeneration(b, a.id, g[0], g[1])
-		if err == nil {
-			return snap, st, nil
-		}
-		gen, _ := keyNum(prefixRecord, g[0])
+	skip := func(gen uint64, err error) {
 		s.log.Warn().Str("agent", a.id).Uint64("generation", gen).Str("file", a.path).Err(err).
 			Msg("skipping a corrupt snapshot generation")
 		if firstErr == nil {
 			firstErr = fmt.Errorf("generation %d: %w", gen, err)
 		}
 	}
-	return nil, nil, fmt.Errorf("no good generation in %s (%d tried; newest: %v): %w",
+	if m != nil {
+		if newest, _ := keyNum(prefixRecord, gens[0][0]); newest < m.Gen {
+			skip(m.Gen, fmt.Errorf("the generation mark names generation %d, whose record is missing", m.Gen))
+		}
+	}
+	for _, g := range gens {
+		gen, _ := keyNum(prefixRecord, g[0])
+		if m != nil && gen != m.Gen && gen != m.Base {
+			if gen > m.Gen {
+				skip(gen, fmt.Errorf("newer than generation %d, the newest the mark names", m.Gen))
+				continue
+			}
+			// Older than the two generations the last Save kept: loading
+			// it would go back further than one Save without a word.
+			break
+		}
+		snap, st, err := readGeneration(b, a.id, g[0], g[1])
+		if err != nil {
+			skip(gen, err)
+			continue
+		}
+		if bad := damagedTasks(tb); bad > 0 {
+			s.log.Warn().Str("agent", a.id).Str("file", a.path).Int("entries", bad).
+				Msgf("the task index holds %d damaged entries: the results of those tasks are lost", bad)
+		}
+		if m != nil && gen != m.Gen {
+			s.log.Warn().Str("agent", a.id).Uint64("generation", gen).Uint64("newest", m.Gen).Str("file", a.path).
+				Uint64("tick", snap.TickIndex).
+				Msgf("loaded generation %d, the one before the newest (%d), which is missing or damaged: the last save's changes are lost", gen, m.Gen)
+		}
+		return snap, st, nil
+	}
+	if firstErr == nil {
+		firstErr = fmt.Errorf("no generation the mark names (%d, %d) is stored", m.Gen, m.Base)
+	}
+	return nil, nil, fmt.Errorf("no good generation in %s (%d stored; newest: %v): %w",
 		a.path, len(gens), firstErr, plugin.ErrCorrupt)
 }
 
@@ -822,6 +977,12 @@ func (s *Store) remove(a *agentStore) error {
 	}
 	if closeErr != nil {
 		return fmt.Errorf("bbolt: delete %s: %w", a.id, closeErr)
+	}
+	// A file a crash left half created (see create) goes with the agent.
+	if tmps, err := filepath.Glob(filepath.Join(filepath.Dir(a.path), tmpPrefix+"*")); err == nil {
+		for _, t := range tmps {
+			_ = os.Remove(t)
+		}
 	}
 	// The directory goes too, unless someone left other files in it.
 	if err := os.Remove(filepath.Dir(a.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -45,6 +45,7 @@ func TestConformance(t *testing.T) {
 		CorruptAll: func(t *testing.T, dir, agentID string) {
 			corruptRecords(t, filepath.Join(dir, agentID, FileName), false)
 		},
+		Files: func(dir, agentID string) []string { return []string{filepath.Join(dir, agentID, FileName)} },
 	})
 }
 

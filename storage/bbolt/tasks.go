@@ -236,3 +236,22 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	}
 	return r, nil
 }
+
+// damagedTasks counts the entries of the task index that fail their
+// checksum. Load runs it once per process: its cost is one read of the
+// index (10,000 entries by default).
+func damagedTasks(b *bolt.Bucket) int {
+	if b == nil {
+		return 0
+	}
+	bad := 0
+	_ = b.ForEach(func(k, v []byte) error {
+		if v == nil {
+			bad++ // a bucket: this index holds none
+		} else if _, err := openFrame(k, v); err != nil {
+			bad++
+		}
+		return nil
+	})
+	return bad
+}

@@ -28,6 +28,7 @@
 //	ID.json.rejected   a current file that failed its checks, moved aside by
 //	                   the next Save instead of being overwritten
 //	ID.results.jsonl   the task index
+//	ID.results.jsonl.copy  its copy, written alike (see Task index)
 //	.ID.json.tmp       a Save in progress (ids never start with a dot)
 //
 // The previous generation is not "ID.prev.json": agent ids may contain dots,
@@ -82,6 +83,13 @@
 // since the last compaction or an eighth of MaxAgeMs went by, the Save rewrites
 // it with the newest MaxTasks results within the age. So one Save in many
 // rewrites at most 1.25 MaxTasks lines. TaskResult reads the file.
+//
+// Every append and every compaction is made to ID.results.jsonl.copy too,
+// so a finished result survives damage to one of the two files. Load
+// compares them; when they differ it rewrites both with every line either
+// holds intact and warns with the number of results recovered, and when a
+// line is damaged in both it logs an error with the number lost. It costs
+// one more append and fsync per Save that indexes results.
 //
 // # Processes
 //

@@ -34,6 +34,7 @@ const (
 	extPrev     = ".json.prev"
 	extRejected = ".json.rejected"
 	extResults  = ".results.jsonl"
+	extCopy     = ".results.jsonl.copy"
 )
 
 // Options configure a Store.
@@ -305,6 +306,10 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	defer st.mu.Unlock()
 
 	st.known, st.gen, st.indexedSeq, st.cur, st.curInfo = true, 0, 0, curMissing, nil
+	if err := s.repairResults(agentID); err != nil {
+		return nil, fmt.Errorf("file: load %s: task index: %w", agentID, err)
+	}
+	st.results = nil // scanned again by the next Save
 	curPath, prevPath := s.path(agentID, extCurrent), s.path(agentID, extPrev)
 	cur, info, curErr := s.read(curPath, agentID)
 	if curErr == nil {
@@ -361,7 +366,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 	st.known, st.results = false, nil
 	for _, p := range []string{
 		s.path(agentID, extCurrent), s.path(agentID, extPrev), s.path(agentID, extRejected), s.path(agentID, extResults),
-		s.tmpPath(agentID, extCurrent), s.tmpPath(agentID, extResults),
+		s.path(agentID, extCopy), s.tmpPath(agentID, extCurrent), s.tmpPath(agentID, extResults), s.tmpPath(agentID, extCopy),
 	} {
 		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("file: delete %s: %w", agentID, err)

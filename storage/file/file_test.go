@@ -67,6 +67,13 @@ func harness() storagetest.Harness {
 			flip(t, filepath.Join(dir, fileName(agentID)+extCurrent))
 			flip(t, filepath.Join(dir, fileName(agentID)+extPrev))
 		},
+		Files: func(dir, agentID string) []string {
+			var out []string
+			for _, ext := range []string{extCurrent, extPrev, extResults, extCopy} {
+				out = append(out, filepath.Join(dir, fileName(agentID)+ext))
+			}
+			return out
+		},
 	}
 }
 
@@ -125,8 +132,9 @@ func TestLayout(t *testing.T) {
 		names = append(names, e.Name())
 	}
 	want := []string{
-		"a.json", "a.json.prev", "a.prev.json", "a.prev.json.prev", "a.prev.results.jsonl", "a.results.jsonl",
-		"worker%3A7.json", "worker%3A7.json.prev", "worker%3A7.results.jsonl",
+		"a.json", "a.json.prev", "a.prev.json", "a.prev.json.prev", "a.prev.results.jsonl", "a.prev.results.jsonl.copy",
+		"a.results.jsonl", "a.results.jsonl.copy",
+		"worker%3A7.json", "worker%3A7.json.prev", "worker%3A7.results.jsonl", "worker%3A7.results.jsonl.copy",
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("files %q, want %q", names, want)

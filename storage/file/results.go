@@ -105,6 +105,9 @@ func (s *Store) index(ctx context.Context, st *agentState, snap *agent.Snapshot)
 		if err := appendSync(path, buf.Bytes()); err != nil {
 			return 0, err
 		}
+		if err := appendSync(s.path(id, extCopy), buf.Bytes()); err != nil {
+			return 0, err
+		}
 		rs.lines += n
 		rs.appended += n
 		if rs.oldest == 0 {
@@ -112,7 +115,7 @@ func (s *Store) index(ctx context.Context, st *agentState, snap *agent.Snapshot)
 		}
 	}
 	if s.compactionDue(rs, now) {
-		if err := s.compact(path, s.tmpPath(id, extResults), rs, now); err != nil {
+		if err := s.compact(id, rs, now); err != nil {
 			return 0, fmt.Errorf("compact %s: %w", path, err)
 		}
 	}
@@ -172,7 +175,8 @@ func (s *Store) scan(path string, now int64) (*resultsState, error) {
 
 // compact rewrites the results file with, for each task, its last valid
 // line, within the age and the newest MaxTasks.
-func (s *Store) compact(path, tmp string, rs *resultsState, now int64) error {
+func (s *Store) compact(id string, rs *resultsState, now int64) error {
+	path := s.path(id, extResults)
 	data, err := os.ReadFile(path)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -210,14 +214,118 @@ func (s *Store) compact(path, tmp string, rs *resultsState, now int64) error {
 			rs.oldest = e.at
 		}
 	}
-	if err := writeSync(tmp, buf.Bytes()); err != nil {
-		return err
+	return replaceBoth(path, s.tmpPath(id, extResults), s.path(id, extCopy), s.tmpPath(id, extCopy), buf.Bytes())
+}
+
+// replaceBoth writes data to the results file path and to its copy, each
+// through a temporary file, fsynced and renamed. The copy is replaced after
+// the file, so that one of the two is whole at every instant. The caller's
+// directory fsync makes the renames durable.
+func replaceBoth(path, tmp, copyPath, copyTmp string, data []byte) error {
+	for _, f := range [][2]string{{path, tmp}, {copyPath, copyTmp}} {
+		if err := writeSync(f[1], data); err != nil {
+			return err
+		}
+		if err := rename(f[1], f[0]); err != nil {
+			os.Remove(f[1])
+			return err
+		}
 	}
-	if err := rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
+	return nil
+}
+
+// repairResults compares the task index with its copy, which every Save
+// writes alike, and when they differ (a line damaged, a file cut short or
+// missing) rewrites both with every line either holds intact, in order,
+// and warns with the number of results recovered and lost. A torn last
+// line, left by a crash during an append, is not a loss: the next Save
+// indexes its result again. An index written before the copy existed gets
+// its copy.
+func (s *Store) repairResults(id string) error {
+	path, copyPath := s.path(id, extResults), s.path(id, extCopy)
+	a, aErr := os.ReadFile(path)
+	b, bErr := os.ReadFile(copyPath)
+	switch {
+	case aErr != nil && !errors.Is(aErr, fs.ErrNotExist):
+		return aErr
+	case bErr != nil && !errors.Is(bErr, fs.ErrNotExist):
+		return bErr
+	case aErr != nil && bErr != nil:
+		return nil
+	case bErr != nil && len(a) > 0:
+		// No copy yet: an index from before the copy, or a copy lost.
+		s.log.Info().Str("agent", id).Str("file", copyPath).Msg("file: the task index had no copy; writing one")
 	}
-	return nil // the Save's directory fsync, still to come, makes the rename durable
+	la, badA, nA := validLines(a)
+	lb, badB, nB := validLines(b)
+	merged := mergeLines(la, lb)
+	lost := max(nA, nB) - len(merged)
+	recovered := len(merged) - min(len(la), len(lb))
+	if !bytes.Equal(a, b) {
+		var buf bytes.Buffer
+		for _, l := range merged {
+			buf.Write(l)
+			buf.WriteByte('\n')
+		}
+		if err := replaceBoth(path, s.tmpPath(id, extResults), copyPath, s.tmpPath(id, extCopy), buf.Bytes()); err != nil {
+			return err
+		}
+		if err := syncDir(s.dir); err != nil {
+			return err
+		}
+	}
+	if badA+badB == 0 && lost <= 0 && recovered == 0 {
+		return nil
+	}
+	ev := s.log.Warn()
+	if lost > 0 {
+		ev = s.log.Error()
+	}
+	ev.Str("agent", id).Str("file", path).Int("damaged_lines", badA).Int("damaged_copy_lines", badB).
+		Int("recovered", recovered).Int("lost", max(lost, 0)).
+		Msgf("file: the task index was damaged: %d results recovered from its copy, %d lost", recovered, max(lost, 0))
+	return nil
+}
+
+// validLines returns the lines of a results file that pass their checks,
+// how many did not, and how many lines the file held (a torn last line
+// not counted).
+func validLines(data []byte) (good [][]byte, bad, total int) {
+	if end := bytes.LastIndexByte(data, '\n') + 1; end < len(data) {
+		data = data[:end]
+	}
+	for line := range bytes.Lines(data) {
+		line = bytes.TrimSuffix(line, []byte{'\n'})
+		total++
+		if _, _, err := decodeLine(line); err != nil {
+			bad++
+			continue
+		}
+		good = append(good, line)
+	}
+	return good, bad, total
+}
+
+// mergeLines returns the lines of a and b, each once, in the order the two
+// files were written in: a line only one of them holds goes where it was.
+func mergeLines(a, b [][]byte) [][]byte {
+	at := make(map[string]int, len(a))
+	for i, l := range a {
+		at[string(l)] = i
+	}
+	var out [][]byte
+	j := 0 // a[:j] are in out
+	for _, l := range b {
+		i, ok := at[string(l)]
+		switch {
+		case !ok:
+			out = append(out, l)
+		case i >= j:
+			out = append(out, a[j:i+1]...)
+			j = i + 1
+		}
+	}
+	return append(out, a[j:]...)
 }
 
 // TaskResult returns the indexed result of a task of the agent: the last

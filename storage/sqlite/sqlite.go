@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -156,6 +157,9 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
 	db, err := sql.Open("sqlite", dsn(abs))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
@@ -242,6 +246,7 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 		return fmt.Errorf("sqlite: save %s: commit: %w", id, s.failed(err))
 	}
 	s.cache.Set(id, next)
+	s.writeMark(id, next.gen, snap.TickIndex)
 	return nil
 }
 
@@ -516,18 +521,34 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	if _, err := s.cache.Get(agentID); err != nil {
 		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, err)
 	}
-	snap, entry, err := s.load(ctx, agentID)
+	snap, entry, newest, err := s.load(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: load %s: %w", agentID, s.failed(err))
+	}
+	m, merr := s.readMark(agentID)
+	switch {
+	case merr != nil:
+		s.log.Warn().Str("agent", agentID).Err(merr).Msg("sqlite: the generation mark is unreadable; cannot tell whether the database went back")
+	case m == nil:
+	case snap == nil:
+		return nil, fmt.Errorf("sqlite: load %s: %s holds nothing of the agent, but it saved generation %d (tick %d) at %s: "+
+			"the database lost its newest writes (a damaged or missing write-ahead log, %s-wal): %w",
+			agentID, s.path, m.gen, m.tick, m.when(), s.path, plugin.ErrCorrupt)
+	case newest < m.gen:
+		s.log.Error().Str("agent", agentID).Str("path", s.path).Uint64("generation", newest).Uint64("saved_generation", m.gen).
+			Uint64("tick", snap.TickIndex).Uint64("saved_tick", m.tick).
+			Msgf("sqlite: the database went back: agent %s saved tick %d (generation %d) at %s, the database holds tick %d (generation %d); "+
+				"the ticks after %d are lost, with any task accepted in them (a damaged write-ahead log, %s-wal)",
+				agentID, m.tick, m.gen, m.when(), snap.TickIndex, newest, snap.TickIndex, s.path)
 	}
 	s.cache.Set(agentID, entry)
 	return snap, nil
 }
 
-func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEntry, error) {
+func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEntry, uint64, error) {
 	tx, err := s.db.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	defer tx.Rollback() //nolint:errcheck // read only
 
@@ -535,32 +556,32 @@ func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEnt
 	hasAgent := true
 	if err := tx.QueryRowContext(ctx, `SELECT gen FROM agents WHERE agent_id = ?`, id).Scan(&newest); err != nil {
 		if !errors.Is(err, sql.ErrNoRows) {
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		hasAgent = false
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT gen, record FROM generations WHERE agent_id = ? ORDER BY gen DESC`, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	var gens []stored
 	for rows.Next() {
 		var g stored
 		if err := rows.Scan(&g.gen, &g.blob); err != nil {
 			rows.Close()
-			return nil, nil, err
+			return nil, nil, 0, err
 		}
 		gens = append(gens, g)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if len(gens) == 0 {
 		if hasAgent {
-			return nil, nil, fmt.Errorf("generation %d is listed but no record is stored: %w", newest, plugin.ErrCorrupt)
+			return nil, nil, 0, fmt.Errorf("generation %d is listed but no record is stored: %w", newest, plugin.ErrCorrupt)
 		}
-		return nil, nil, nil
+		return nil, nil, 0, nil
 	}
 	newest = max(newest, gens[0].gen)
 
@@ -569,7 +590,7 @@ func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEnt
 		snap, rec, err := loadGeneration(ctx, tx, id, g)
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, nil, ctx.Err()
+				return nil, nil, 0, ctx.Err()
 			}
 			problems = append(problems, fmt.Sprintf("generation %d: %v", g.gen, err))
 			s.log.Warn().Str("agent", id).Uint64("gen", g.gen).Str("path", s.path).Err(err).
@@ -582,9 +603,9 @@ func (s *Store) load(ctx context.Context, id string) (*agent.Snapshot, *cacheEnt
 				Msg("sqlite: loaded an older generation; the newest one is damaged or missing")
 			e = &cacheEntry{gen: newest, damaged: true}
 		}
-		return snap, e, nil
+		return snap, e, newest, nil
 	}
-	return nil, nil, fmt.Errorf("no good generation (%s): %w", strings.Join(problems, "; "), plugin.ErrCorrupt)
+	return nil, nil, 0, fmt.Errorf("no good generation (%s): %w", strings.Join(problems, "; "), plugin.ErrCorrupt)
 }
 
 // loadGeneration decodes one generation record and reads its elements.
@@ -704,6 +725,9 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 	s.cache.Set(agentID, nil)
 	if err != nil {
 		return fmt.Errorf("sqlite: delete %s: %w", agentID, s.failed(err))
+	}
+	if err := os.Remove(s.markPath(agentID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sqlite: delete %s: %w", agentID, err)
 	}
 	return nil
 }

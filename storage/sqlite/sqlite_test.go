@@ -98,6 +98,10 @@ func harness() storagetest.Harness {
 		},
 		CorruptLatest: func(t *testing.T, dir, agentID string) { flipRecords(t, dir, agentID, false) },
 		CorruptAll:    func(t *testing.T, dir, agentID string) { flipRecords(t, dir, agentID, true) },
+		Files:         func(dir, agentID string) []string { return []string{dbPath(dir)} },
+		TryOpen: func(t *testing.T, dir string) (plugin.Storage, error) {
+			return Open(ctx, dbPath(dir), Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		},
 	}
 }
 

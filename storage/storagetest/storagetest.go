@@ -24,6 +24,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -50,6 +52,16 @@ type Harness struct {
 	// CorruptAll damages every stored generation of agentID while the store
 	// is closed. Load must then fail with an error wrapping ErrCorrupt.
 	CorruptAll func(t *testing.T, dir, agentID string)
+
+	// Files returns the files under dir in which the backend keeps
+	// agentID, for the random damage case. Nil for a backend without files
+	// (Redis).
+	Files func(dir, agentID string) []string
+
+	// TryOpen opens like Open but returns its error, for a backend whose
+	// Open reads the files (SQLite): refusing a damaged file there is
+	// fine. Nil means Open.
+	TryOpen func(t *testing.T, dir string) (plugin.Storage, error)
 }
 
 // Run runs the whole suite against h. Every subtest works in its own
@@ -73,6 +85,7 @@ func Run(t *testing.T, h Harness) {
 		{"LargeHistory", testLargeHistory},
 		{"CorruptLatest", testCorruptLatest},
 		{"CorruptAll", testCorruptAll},
+		{"RandomDamage", testRandomDamage},
 		{"CancelledContext", testCancelledContext},
 		{"InvalidAgentID", testInvalidAgentID},
 		{"Closed", testClosed},
@@ -902,4 +915,120 @@ func testLister(t *testing.T, h Harness) {
 	list(t, want...)
 	s = reopen(t, h, s, dir)
 	list(t, want...)
+}
+
+// testRandomDamage damages the backend's files at random (bit flips, a cut,
+// a zeroed 4 KiB page) while the store is closed, 40 times, each on a fresh
+// copy. Each Load must return the newest generation, the one before it, or
+// an error wrapping ErrCorrupt: never nil (a blank agent), never another
+// error, never a panic.
+func testRandomDamage(t *testing.T, h Harness) {
+	if h.Files == nil {
+		t.Skip("the backend keeps no files")
+	}
+	dir := t.TempDir()
+	s := open(t, h, dir)
+	sl := newSlider("hurt", 10)
+	var prev, last *agent.Snapshot
+	for i := 0; i < 15; i++ {
+		prev, last = last, sl.step()
+		mustSave(t, s, last)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	files := h.Files(dir, "hurt")
+	if len(files) == 0 {
+		t.Fatal("Harness.Files named no file")
+	}
+	rng := rand.New(rand.NewPCG(uint64(len(files)), 7))
+	counts := map[string]int{}
+	for i := 0; i < 40; i++ {
+		cp := t.TempDir()
+		copyDir(t, dir, cp)
+		rel, err := filepath.Rel(dir, files[rng.IntN(len(files))])
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(cp, rel)
+		b, err := os.ReadFile(path)
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		var what string
+		switch rng.IntN(3) {
+		case 0:
+			off := rng.IntN(len(b))
+			b[off] ^= 1 << rng.IntN(8)
+			what = fmt.Sprintf("bit flipped at %d", off)
+		case 1:
+			n := rng.IntN(len(b))
+			b = b[:n]
+			what = fmt.Sprintf("cut to %d bytes", n)
+		default:
+			p := rng.IntN((len(b) + 4095) / 4096)
+			clear(b[p*4096 : min((p+1)*4096, len(b))])
+			what = fmt.Sprintf("page %d zeroed", p)
+		}
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s, %s: Load panicked: %v", rel, what, r)
+				}
+			}()
+			var st plugin.Storage
+			var err error
+			if h.TryOpen != nil {
+				st, err = h.TryOpen(t, cp)
+			} else {
+				st = h.Open(t, cp)
+			}
+			var got *agent.Snapshot
+			if err == nil {
+				defer st.Close()
+				got, err = st.Load(ctx, "hurt")
+			}
+			switch {
+			case errors.Is(err, plugin.ErrCorrupt):
+				counts["refused"]++
+			case err != nil:
+				t.Errorf("%s, %s: Load: %v; want a snapshot or ErrCorrupt", rel, what, err)
+			case got == nil:
+				t.Errorf("%s, %s: Load returned nil: a blank agent", rel, what)
+			case got.TickIndex == last.TickIndex:
+				counts["newest"]++
+			case got.TickIndex == prev.TickIndex:
+				counts["previous"]++
+			default:
+				t.Errorf("%s, %s: Load returned tick %d; want %d or %d", rel, what, got.TickIndex, last.TickIndex, prev.TickIndex)
+			}
+		}()
+	}
+	t.Logf("newest %d, previous %d, refused %d", counts["newest"], counts["previous"], counts["refused"])
+}
+
+// copyDir copies the files of src, recursively, into dst.
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o700)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, data, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

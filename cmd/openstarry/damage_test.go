@@ -1,0 +1,353 @@
+package main
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// The damage test: a stopped agent's store is damaged at random (bit
+// flips, truncation, a zeroed page, in the part of a file in use) and the
+// real binary is started on it. Every start must end in one of three
+// outcomes:
+//
+//	loaded newest            the agent came up at the tick it was killed at
+//	loaded previous (warned) it came up at an older tick, and said so
+//	refused                  it exited 1 with a line naming the store's path
+//
+// Anything else fails the test: a blank agent ("fresh agent"), a panic, an
+// exit without a message, an older tick without a warning, finished results
+// gone without a warning, or (bbolt and file) a refused store that was
+// changed. The test prints its table of outcomes. make test runs a few
+// trials per store; OPENSTARRY_TORTURE=1 (make torture) runs 200 each.
+// OPENSTARRY_DAMAGE_SEED repeats a run.
+
+const damageAgent = "dmg"
+
+type damageStore struct {
+	name string
+	args []string // the store flags of openstarry run
+	// used returns the files of the store under data and how much of each
+	// is in use.
+	used func(t *testing.T, data string) map[string]int64
+}
+
+var damageStores = []damageStore{
+	{"bbolt", nil, func(t *testing.T, data string) map[string]int64 {
+		path := filepath.Join(data, "agents", damageAgent, "state.db")
+		db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		var used int64
+		_ = db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
+		return map[string]int64{path: used}
+	}},
+	{"sqlite", []string{"--store", "sqlite://"}, func(t *testing.T, data string) map[string]int64 {
+		return sizes(t, filepath.Join(data, "state.db"), filepath.Join(data, "state.db-wal"))
+	}},
+	{"file", []string{"--store", "file://"}, func(t *testing.T, data string) map[string]int64 {
+		dir := filepath.Join(data, "snapshots")
+		return sizes(t, filepath.Join(dir, damageAgent+".json"), filepath.Join(dir, damageAgent+".json.prev"),
+			filepath.Join(dir, damageAgent+".results.jsonl"), filepath.Join(dir, damageAgent+".results.jsonl.copy"))
+	}},
+}
+
+func sizes(t *testing.T, paths ...string) map[string]int64 {
+	t.Helper()
+	m := map[string]int64{}
+	for _, p := range paths {
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatalf("store file: %v", err)
+		}
+		if fi.Size() > 0 {
+			m[p] = fi.Size()
+		}
+	}
+	return m
+}
+
+func TestStoreDamage(t *testing.T) {
+	trials := 12
+	if os.Getenv("OPENSTARRY_TORTURE") != "" {
+		trials = 200
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("OPENSTARRY_DAMAGE_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (OPENSTARRY_DAMAGE_SEED repeats it)", seed)
+	for i, st := range damageStores {
+		t.Run(st.name, func(t *testing.T) {
+			damageStoreTrials(t, st, trials, rand.New(rand.NewPCG(seed, uint64(i))))
+		})
+	}
+}
+
+const damageTasks = 8
+
+func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand) {
+	// A store with a few finished tasks: the agent stopped cleanly (SQLite
+	// checkpoints its WAL into the database), started again, given more
+	// tasks and killed, as a crash leaves it.
+	base := t.TempDir()
+	var tasks []string
+	for run := 0; run < 2; run++ {
+		c := startChild(t, true, append([]string{"run", "--agent", damageAgent, "--data", base, "--listen", "127.0.0.1:0", "--no-mqtt"}, st.args...)...)
+		url := c.url()
+		for i := 0; i < damageTasks/2; i++ {
+			id := fmt.Sprintf("d%d", len(tasks))
+			if code, body, err := postTask(t.Context(), url, damageAgent, []byte(`{"task_id":"`+id+`","input":"x"}`)); err != nil || code != 202 {
+				t.Fatalf("task %s: %d %s %v", id, code, body, err)
+			}
+			waitDone(t, url, damageAgent, id)
+			tasks = append(tasks, id)
+		}
+		if run == 1 {
+			c.kill()
+			break
+		}
+		_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
+			t.Fatalf("stop: %d %v\n%s", code, err, c.logs())
+		}
+	}
+	files := st.used(t, base)
+
+	// The tick an undamaged copy comes back at.
+	newest := -1
+	{
+		dir := copyTree(t, base)
+		r := startDamaged(t, st, dir, tasks)
+		if r.outcome != "loaded" || r.lost > 0 {
+			t.Fatalf("the undamaged store: %s, %d results lost\n%s", r.outcome, r.lost, r.logs)
+		}
+		newest = r.tick
+	}
+
+	type row struct{ newest, previous, refused int }
+	table := map[string]*row{}
+	var failures []string
+	var names []string
+	for f := range files {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+	kinds := []string{"bit flips", "truncation", "zeroed page"}
+	for i := 0; i < trials; i++ {
+		dir := copyTree(t, base)
+		rel := names[rng.IntN(len(names))]
+		target := filepath.Join(dir, strings.TrimPrefix(rel, base))
+		kind := kinds[rng.IntN(len(kinds))]
+		what := damage(t, target, files[rel], kind, rng)
+		before := hashTree(t, dir)
+		r := startDamaged(t, st, dir, tasks)
+		key := filepath.Base(rel) + ", " + kind
+		if table[key] == nil {
+			table[key] = &row{}
+		}
+		fail := func(why string) {
+			failures = append(failures, fmt.Sprintf("trial %d (%s: %s): %s\n%s", i, filepath.Base(rel), what, why, r.logs))
+		}
+		switch {
+		case r.panicked:
+			fail("panicked")
+		case r.outcome == "blank":
+			fail("came up blank")
+		case r.outcome == "exit":
+			switch {
+			case r.code != 1:
+				fail(fmt.Sprintf("exit %d", r.code))
+			case !strings.Contains(r.logs, filepath.Dir(target)):
+				fail("exit 1 without naming the store's path")
+			case st.name == "bbolt" && !strings.Contains(r.logs, "stored snapshot is corrupt"):
+				fail("exit 1 without saying the stored snapshot is corrupt")
+			case st.name != "sqlite" && hashTree(t, dir) != before:
+				fail("refusing the store changed it")
+			default:
+				table[key].refused++
+			}
+		case r.tick > newest:
+			fail(fmt.Sprintf("came up at tick %d, after the newest %d", r.tick, newest))
+		case r.lost > 0 && !r.warned:
+			fail(fmt.Sprintf("%d finished results gone without a warning", r.lost))
+		case r.tick == newest:
+			table[key].newest++
+		case !r.warned:
+			fail(fmt.Sprintf("came up at tick %d, before the newest %d, without a warning", r.tick, newest))
+		default:
+			table[key].previous++
+		}
+		os.RemoveAll(dir)
+	}
+
+	var keys []string
+	for k := range table {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d damaged starts, newest tick %d\n", st.name, trials, newest)
+	fmt.Fprintf(&b, "  %-38s %14s %24s %8s\n", "file, damage", "loaded newest", "loaded previous (warned)", "refused")
+	var tot row
+	for _, k := range keys {
+		r := table[k]
+		fmt.Fprintf(&b, "  %-38s %14d %24d %8d\n", k, r.newest, r.previous, r.refused)
+		tot.newest, tot.previous, tot.refused = tot.newest+r.newest, tot.previous+r.previous, tot.refused+r.refused
+	}
+	fmt.Fprintf(&b, "  %-38s %14d %24d %8d\n", "total", tot.newest, tot.previous, tot.refused)
+	fmt.Fprintf(&b, "  failures (blank, panic, silent, other): %d", len(failures))
+	t.Log("\n" + b.String())
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+var (
+	tickRe  = regexp.MustCompile(`hydrated at tick (\d+)`)
+	panicRe = regexp.MustCompile(`(?m)^(panic: |fatal error: |goroutine \d+ \[)`)
+)
+
+type damageResult struct {
+	outcome  string // "loaded", "blank", "exit"
+	code     int
+	tick     int
+	lost     int // finished tasks the agent no longer answers
+	warned   bool
+	panicked bool
+	logs     string
+}
+
+// warnRe matches a warning or an error about the store.
+var warnRe = regexp.MustCompile(`"level":"(warn|error)"[^\n]*(damaged|corrupt|lost|missing|went back|older|fails)`)
+
+// startDamaged starts the agent on the store in dir and sees how it comes up.
+func startDamaged(t *testing.T, st damageStore, dir string, tasks []string) damageResult {
+	t.Helper()
+	c := startChild(t, false, append([]string{"run", "--agent", damageAgent, "--data", dir, "--listen", "127.0.0.1:0", "--no-mqtt"}, st.args...)...)
+	var r damageResult
+	select {
+	case url := <-c.addr:
+		r.outcome = "loaded"
+		for _, id := range tasks {
+			if code, ts, err := getTask(url, damageAgent, id); err != nil || code != 200 || ts.Status != "done" {
+				r.lost++
+			}
+		}
+		c.kill()
+	case <-c.done:
+		r.outcome = "exit"
+		r.code, _ = c.wait(5 * time.Second)
+	case <-time.After(30 * time.Second):
+		c.kill()
+		r.outcome = "exit"
+		r.code = -1
+	}
+	r.logs = c.logs()
+	r.panicked = panicRe.MatchString(r.logs)
+	r.warned = warnRe.MatchString(r.logs)
+	if strings.Contains(r.logs, `"fresh agent"`) {
+		r.outcome = "blank"
+	}
+	if m := tickRe.FindStringSubmatch(r.logs); m != nil {
+		r.tick, _ = strconv.Atoi(m[1])
+	}
+	return r
+}
+
+// damage damages the first used bytes of the file at path and says how.
+func damage(t *testing.T, path string, used int64, kind string, rng *rand.Rand) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	used = min(used, int64(len(b)))
+	var what string
+	switch kind {
+	case "bit flips":
+		n := 1 + rng.IntN(4)
+		var at []string
+		for i := 0; i < n; i++ {
+			off := rng.Int64N(used)
+			b[off] ^= 1 << rng.IntN(8)
+			at = append(at, strconv.FormatInt(off, 10))
+		}
+		what = "bits flipped at " + strings.Join(at, ",")
+	case "truncation":
+		n := rng.Int64N(used)
+		what = fmt.Sprintf("cut to %d of %d bytes", n, len(b))
+		b = b[:n]
+	default:
+		const page = 4096
+		pages := max((used+page-1)/page, 1)
+		p := rng.Int64N(pages)
+		end := min((p+1)*page, int64(len(b)))
+		clear(b[p*page : end])
+		what = fmt.Sprintf("page %d zeroed", p)
+	}
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return what
+}
+
+// copyTree copies the directory src to a new temporary directory.
+func copyTree(t *testing.T, src string) string {
+	t.Helper()
+	dst, err := os.MkdirTemp(t.TempDir(), "trial")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		out := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(out, 0o700)
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(out, data, 0o600)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// hashTree hashes every file under dir but the broker's and the logs'.
+func hashTree(t *testing.T, dir string) [32]byte {
+	t.Helper()
+	h := sha256.New()
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasPrefix(d.Name(), "broker") {
+			return nil
+		}
+		data, _ := os.ReadFile(p)
+		fmt.Fprintf(h, "%s %d\n", p, len(data))
+		h.Write(data)
+		return nil
+	})
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	return sum
+}

@@ -1,0 +1,221 @@
+package bbolt
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/storage/storagetest"
+)
+
+// damagedStore saves n generations of agent id, each with one finished
+// result, closes the store, and returns the file and the snapshots saved.
+func damagedStore(t *testing.T, dir, id string, n int) (string, []*agent.Snapshot) {
+	t.Helper()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved []*agent.Snapshot
+	snap := storagetest.Sample(id, 1)
+	for i := 0; i < n; i++ {
+		snap = snap.Clone()
+		snap.TickIndex = uint64(i + 1)
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "m"})
+		seq := snap.NextResultSeq
+		snap.NextResultSeq++
+		snap.Outbox = append(snap.Outbox, agent.Result{Seq: seq, TaskID: fmt.Sprintf("task%d", i), AgentID: id, Status: "done"})
+		mustSave(t, s, snap)
+		saved = append(saved, snap)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(dir, id, FileName), saved
+}
+
+func fileSum(t *testing.T, path string) [32]byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sha256.Sum256(b)
+}
+
+// loadDamaged opens the store in dir, loads id, and returns the snapshot,
+// the error and what the store logged.
+func loadDamaged(t *testing.T, dir, id string) (*agent.Snapshot, error, *storagetest.LogBuffer) {
+	t.Helper()
+	var logs storagetest.LogBuffer
+	s, err := Open(dir, Options{Logger: zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	snap, err := s.Load(ctx, id)
+	return snap, err, &logs
+}
+
+// mustRefuse checks that loading id fails with ErrCorrupt naming the file,
+// and that the file is left as it was.
+func mustRefuse(t *testing.T, dir, id, path string) {
+	t.Helper()
+	before := fileSum(t, path)
+	snap, err, _ := loadDamaged(t, dir, id)
+	if !errors.Is(err, plugin.ErrCorrupt) || !bytes.Contains([]byte(err.Error()), []byte(path)) {
+		t.Fatalf("Load = %v, %v; want an error wrapping ErrCorrupt that names %s", snap != nil, err, path)
+	}
+	if fileSum(t, path) != before {
+		t.Fatal("refusing the file changed it")
+	}
+}
+
+// patch applies fn to the bytes of the file at path.
+func patch(t *testing.T, path string, fn func(b []byte) []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, fn(b), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedBucketName: one bit flipped in the name of the snapshot bucket
+// used to read as a new agent, over a task index that still knew its tasks.
+func TestDamagedBucketName(t *testing.T) {
+	for _, name := range []string{"snapshot", "tasks", "mark"} {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			path, _ := damagedStore(t, dir, "flip", 4)
+			patch(t, path, func(b []byte) []byte {
+				// Every copy of the name: the live root page's, and those
+				// of older root pages, free now.
+				n := 0
+				for i := bytes.Index(b, []byte(name)); i >= 0; i = bytes.Index(b, []byte(name)) {
+					b[i+1] ^= 0x01
+					n++
+				}
+				if n == 0 {
+					t.Fatalf("no %q in the file", name)
+				}
+				return b
+			})
+			mustRefuse(t, dir, "flip", path)
+		})
+	}
+}
+
+// TestMissingRecordIsNotNew: a store whose generation records are gone
+// (their keys damaged into other prefixes) is corruption, not a new agent;
+// with only the newest gone it loads the previous one and says so.
+func TestMissingRecordIsNotNew(t *testing.T) {
+	t.Run("newest", func(t *testing.T) {
+		dir := t.TempDir()
+		path, saved := damagedStore(t, dir, "lost", 4)
+		editBucket(t, path, func(b *bolt.Bucket) {
+			if err := b.Delete(key(prefixRecord, 4)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		snap, err, logs := loadDamaged(t, dir, "lost")
+		if err != nil || snap == nil || snap.TickIndex != saved[2].TickIndex {
+			t.Fatalf("Load = %v, %v; want the previous generation, tick %d", snap, err, saved[2].TickIndex)
+		}
+		if len(logs.Lines("warn", "missing")) == 0 {
+			t.Fatalf("no warning that the newest generation is missing:\n%s", logs)
+		}
+	})
+	t.Run("all", func(t *testing.T) {
+		dir := t.TempDir()
+		path, _ := damagedStore(t, dir, "lost", 4)
+		editBucket(t, path, func(b *bolt.Bucket) {
+			for g := uint64(1); g <= 4; g++ {
+				_ = b.Delete(key(prefixRecord, g))
+			}
+		})
+		mustRefuse(t, dir, "lost", path)
+	})
+}
+
+// TestDamagedFirstMeta: after a single Save, the meta page of that commit
+// damaged leaves bbolt the meta page of the empty file it created: that
+// used to read as a new agent.
+func TestDamagedFirstMeta(t *testing.T) {
+	dir := t.TempDir()
+	path, _ := damagedStore(t, dir, "meta", 1)
+	patch(t, path, func(b []byte) []byte {
+		b[pageHeaderSize+48] ^= 0x10 // page 0 holds txid 2, the first commit
+		return b
+	})
+	mustRefuse(t, dir, "meta", path)
+}
+
+// TestTruncatedAndZeroed: a file cut short made bbolt fault on its mapping
+// (SIGBUS, the process died), a zeroed page made it fail an assertion in a
+// goroutine (the process died). Both are refused cleanly now.
+func TestTruncatedAndZeroed(t *testing.T) {
+	var ps, root, snapRoot, used int
+	cases := []struct {
+		name string
+		fn   func(b []byte) []byte
+	}{
+		{"truncated", func(b []byte) []byte { return b[:used*3/4] }},
+		{"last used page cut", func(b []byte) []byte { return b[:used-ps] }},
+		{"cut to one page", func(b []byte) []byte { return b[:4096] }},
+		{"empty", func(b []byte) []byte { return b[:0] }},
+		{"zeroed root page", func(b []byte) []byte { clear(b[root*ps : (root+1)*ps]); return b }},
+		{"zeroed snapshot page", func(b []byte) []byte { clear(b[snapRoot*ps : (snapRoot+1)*ps]); return b }},
+		{"both meta pages", func(b []byte) []byte { b[40] ^= 1; b[ps+40] ^= 1; return b }},
+	}
+	orig, _ := damagedStore(t, t.TempDir(), "cut", 300)
+	content, err := os.ReadFile(orig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "cut", FileName)
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(path, content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = db.View(func(tx *bolt.Tx) error {
+				ps = tx.DB().Info().PageSize
+				used = int(tx.Size())
+				root = int(tx.Bucket(bucketSnapshot).Root()) // a branch page: 300 records need several leaves
+				snapRoot = root
+				if info, err := tx.Page(root); err == nil && info.Type == "branch" {
+					// a leaf under it: the page after the branch header is the first child's id
+					p := make([]byte, ps)
+					f, _ := os.Open(path)
+					_, _ = f.ReadAt(p, int64(root*ps))
+					f.Close()
+					snapRoot = int(ne.Uint64(p[pageHeaderSize+8:]))
+				}
+				return nil
+			})
+			db.Close()
+			patch(t, path, tc.fn)
+			mustRefuse(t, dir, "cut", path)
+		})
+	}
+}
