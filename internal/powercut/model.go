@@ -98,7 +98,9 @@ func newModel(store string, rng *rand.Rand) *model {
 	return m
 }
 
-func (m *model) storePath(id uint64) string { return filepath.Join(m.store, strconv.FormatUint(id, 10)) }
+func (m *model) storePath(id uint64) string {
+	return filepath.Join(m.store, strconv.FormatUint(id, 10))
+}
 
 // id returns the id of the live inode st, making an orphan (a node no
 // durable directory names) for one it has not seen.
