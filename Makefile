@@ -19,9 +19,10 @@ test:
 	$(GO) test -race -timeout 20m ./...
 
 # The crash tests at length: 3,000 tasks through 150 SIGKILLs over MQTT
-# (make test runs 200 through 12).
+# (make test runs 200 through 12), and 1,000 cycles of SIGKILL or power
+# cut per store on the power-cut simulator (make test runs 30).
 torture:
-	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery' -v -timeout 60m ./cmd/openstarry/
+	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|PowerCut' -v -timeout 90m ./cmd/openstarry/
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
 # fdatasync, Save latency and bytes per backend, end-to-end ticks per second.
