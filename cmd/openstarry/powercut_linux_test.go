@@ -64,12 +64,12 @@ func TestPowerCut(t *testing.T) {
 // cutReport is what one store's run counted.
 type cutReport struct {
 	cycles, kills, cuts, tasks int
-	lost     int // acknowledged tasks with no final result
-	repeated int // lines appended more than once
-	blank    int // restarts that came back with no snapshot after a task was acknowledged
-	refused  int // restarts that exited with a message instead of starting
-	unknown  int // tasks that ended unknown_outcome (allowed)
-	torn     int // cuts that tore a block
+	lost                       int // acknowledged tasks with no final result
+	repeated                   int // lines appended more than once
+	blank                      int // restarts that came back with no snapshot after a task was acknowledged
+	refused                    int // restarts that exited with a message instead of starting
+	unknown                    int // tasks that ended unknown_outcome (allowed)
+	torn                       int // cuts that tore a block
 }
 
 func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
