@@ -15,16 +15,19 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/internal/powercut"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // TestPowerCut is the torture runner: the real binary runs one agent with
 // its data directory on the power-cut simulator (internal/powercut) while
-// tasks that call the non-idempotent file_append arrive over HTTP; at
+// tasks that call the non-idempotent file_append arrive over HTTP and from
+// an MQTT hub (a Mosquitto outside the simulator), alternately; at
 // random instants it is SIGKILLed, or power-cut (killed, then everything
 // not fsynced dropped, or torn), and started again. At the end every task
-// acknowledged with 202 must be done or unknown_outcome, no line appended
-// twice, the tick never behind a result the client saw, and the agent
-// never back blank. It runs 30 cycles per store (half of them cuts), and
+// acknowledged (HTTP 202, or the hub's PUBACK) must be done or
+// unknown_outcome, its result must have reached the hub once per
+// execution, no line appended twice, the tick never behind a result the
+// client saw, and the agent never back blank. It runs 30 cycles per store (half of them cuts), and
 // 1,000 with OPENSTARRY_TORTURE set (make torture).
 //
 // The tool's ledger must outlive the cuts, as a side effect on another
@@ -45,6 +48,8 @@ func TestPowerCut(t *testing.T) {
 		}
 		cycles = n
 	}
+	// The hub: a Mosquitto outside the simulator, as on another machine.
+	hub := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"max_queued_messages 0"}})
 	var table []string
 	for _, store := range []crashStore{
 		{"bbolt", "bbolt://"},
@@ -52,7 +57,7 @@ func TestPowerCut(t *testing.T) {
 		{"file", "file://%s/snapshots"},
 	} {
 		t.Run(store.name, func(t *testing.T) {
-			r := powerCutRun(t, store.url, cycles)
+			r := powerCutRun(t, store.url, hub.URL(), cycles)
 			table = append(table, fmt.Sprintf("| %-6s | %6d | %5d | %4d | %6d | %4d | %8d | %5d | %7d | %7d |",
 				store.name, r.cycles, r.kills, r.cuts, r.tasks, r.lost, r.repeated, r.blank, r.refused, r.unknown))
 		})
@@ -72,8 +77,10 @@ type cutReport struct {
 	torn                       int // cuts that tore a block
 }
 
-func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
-	const agentID = "pc"
+// powerCutRun tortures one store; tasks alternate between HTTP and the
+// MQTT hub at hubURL.
+func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
+	agentID := "pc-" + strings.SplitN(storeURL, ":", 2)[0]
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("OPENSTARRY_POWERCUT_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -91,7 +98,10 @@ func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
 	ledger := t.TempDir()
 	art := filepath.Join(data, "agents", agentID, "artifacts")
 	t.Cleanup(func() { unbind(t, art) })
-	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0", "--no-mqtt"}
+	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0",
+		"--device", mqttDevice, "--broker", hubURL}
+	col := mqtttest.Collect(t, hubURL, "observer-"+agentID, false, resultsTopic(agentID))
+	pub := mqttPublisher(t, hubURL)
 	t.Logf("seed %d (OPENSTARRY_POWERCUT_SEED replays the cuts' choices), %d cycles", seed, cycles)
 
 	var (
@@ -117,6 +127,7 @@ func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("cycle %d: the agent did not start listening\n%s", r.cycles, c.logs())
 		}
+		waitLog(t, c, "subscribed to "+tasksTopic(agentID), 20*time.Second)
 		logs := c.logs()
 		if len(accepted) > 0 && strings.Contains(logs, "fresh agent") {
 			r.blank++
@@ -141,6 +152,17 @@ func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
 		killAt := time.Now().Add(time.Duration(5+rng.IntN(60)) * time.Millisecond)
 		for time.Now().Before(killAt) {
 			id := fmt.Sprintf("task-%05d", next)
+			if next%2 == 1 {
+				// Acknowledged by the hub, which keeps it for the agent's
+				// persistent session until the agent has it durable.
+				tok := pub.Publish(tasksTopic(agentID), 1, false, appendTask(id, "tasks.log"))
+				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+					t.Fatalf("publish %s: %v", id, tok.Error())
+				}
+				accepted[id] = true
+				next++
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			code, body, err := postTask(ctx, base, agentID, appendTask(id, "tasks.log"))
 			cancel()
@@ -203,6 +225,21 @@ func powerCutRun(t *testing.T, storeURL string, cycles int) cutReport {
 				break
 			}
 			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	// Every result reached the hub, once per execution.
+	mqtttest.WaitFor(t, time.Minute, "every result at the hub", func() bool {
+		return len(mqtttest.Results(t, col, resultsTopic(agentID))) >= len(accepted)
+	})
+	published := mqtttest.Results(t, col, resultsTopic(agentID))
+	for id := range accepted {
+		switch rs := published[id]; {
+		case len(rs) == 0:
+			r.lost++
+			t.Errorf("the result of task %s never reached the hub", id)
+		case runs(rs) != 1:
+			r.repeated++
+			t.Errorf("task %s ran %d times: %+v", id, runs(rs), rs)
 		}
 	}
 	lines := countLines(t, filepath.Join(ledger, "tasks.log"))
