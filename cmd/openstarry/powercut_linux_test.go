@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,9 @@ import (
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/internal/powercut"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -77,33 +81,83 @@ type cutReport struct {
 	torn                       int // cuts that tore a block
 }
 
+// tortured is what the torture loop drives: a system under test whose
+// data directory is on the simulator.
+type tortured struct {
+	agentID string // the agent the tasks go to
+	art     string // its artifacts directory, where the ledger is bound
+	// start starts the system, waits until it takes tasks, and returns the
+	// process to kill and the HTTP base URL; ok false when it exited
+	// before (its log is in the child).
+	start func() (c *child, base string, ok bool)
+	// kill kills every process of the system.
+	kill func(c *child)
+	// hub: tasks are published here every other one, and results are
+	// collected here; nil for HTTP only.
+	pub paho.Client
+	col *mqtttest.Collector
+}
+
 // powerCutRun tortures one store; tasks alternate between HTTP and the
 // MQTT hub at hubURL.
 func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 	agentID := "pc-" + strings.SplitN(storeURL, ":", 2)[0]
+	pc, data, seed := newPowerCutData(t)
+	if storeURL != "bbolt://" {
+		storeURL = fmt.Sprintf(storeURL, data)
+	}
+	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0",
+		"--device", mqttDevice, "--broker", hubURL}
+	tgt := tortured{
+		agentID: agentID,
+		art:     filepath.Join(data, "agents", agentID, "artifacts"),
+		pub:     mqttPublisher(t, hubURL),
+		col:     mqtttest.Collect(t, hubURL, "observer-"+agentID, false, resultsTopic(agentID)),
+		kill:    func(c *child) { c.kill() },
+	}
+	tgt.start = func() (*child, string, bool) {
+		c := startChild(t, false, args...)
+		select {
+		case a := <-c.addr:
+			c.addr <- a
+			waitLog(t, c, "subscribed to "+tasksTopic(agentID), 20*time.Second)
+			return c, a, true
+		case <-c.done:
+			return c, "", false
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the agent did not start listening\n%s", c.logs())
+		}
+		return nil, "", false
+	}
+	return torture(t, pc, seed, tgt, cycles)
+}
+
+// newPowerCutData mounts a simulator with a durable, empty data directory
+// on it (the installer's, made durable before the agent ever runs).
+func newPowerCutData(t *testing.T) (*powercut.FS, string, uint64) {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("OPENSTARRY_POWERCUT_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
-	rng := rand.New(rand.NewPCG(seed, 18))
+	t.Logf("seed %d (OPENSTARRY_POWERCUT_SEED replays the choices of the cuts and of the runner)", seed)
 	pc := powercut.New(t, seed)
 	data := filepath.Join(pc.Dir(), "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	syncPath(t, pc.Dir()) // the data directory itself is the installer's: durable
-	if storeURL != "bbolt://" {
-		storeURL = fmt.Sprintf(storeURL, data)
-	}
-	ledger := t.TempDir()
-	art := filepath.Join(data, "agents", agentID, "artifacts")
-	t.Cleanup(func() { unbind(t, art) })
-	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0",
-		"--device", mqttDevice, "--broker", hubURL}
-	col := mqtttest.Collect(t, hubURL, "observer-"+agentID, false, resultsTopic(agentID))
-	pub := mqttPublisher(t, hubURL)
-	t.Logf("seed %d (OPENSTARRY_POWERCUT_SEED replays the cuts' choices), %d cycles", seed, cycles)
+	syncPath(t, pc.Dir())
+	return pc, data, seed
+}
 
+// torture runs cycles of: tasks for a random 5 to 65 ms, then a SIGKILL or
+// a power cut (dropping or tearing), then a restart; then it checks every
+// acknowledged task.
+func torture(t *testing.T, pc *powercut.FS, seed uint64, tgt tortured, cycles int) cutReport {
+	rng := rand.New(rand.NewPCG(seed, 18))
+	ledger := t.TempDir()
+	t.Cleanup(func() { unbind(t, tgt.art) })
+	agentID := tgt.agentID
 	var (
 		r        cutReport
 		accepted = map[string]bool{}
@@ -114,20 +168,14 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 	)
 	start := func() bool {
 		t.Helper()
-		bindLedger(t, ledger, art)
-		c = startChild(t, false, args...)
-		select {
-		case a := <-c.addr:
-			c.addr <- a
-			base = a
-		case <-c.done:
+		bindLedger(t, ledger, tgt.art)
+		var ok bool
+		c, base, ok = tgt.start()
+		if !ok {
 			r.refused++
-			t.Errorf("cycle %d: the agent refused to start after %d kills and %d cuts:\n%s", r.cycles, r.kills, r.cuts, c.logs())
+			t.Errorf("cycle %d: refused to start after %d kills and %d cuts:\n%s", r.cycles, r.kills, r.cuts, c.logs())
 			return false
-		case <-time.After(30 * time.Second):
-			t.Fatalf("cycle %d: the agent did not start listening\n%s", r.cycles, c.logs())
 		}
-		waitLog(t, c, "subscribed to "+tasksTopic(agentID), 20*time.Second)
 		logs := c.logs()
 		if len(accepted) > 0 && strings.Contains(logs, "fresh agent") {
 			r.blank++
@@ -142,8 +190,8 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 		return true
 	}
 	stop := func() {
-		c.kill()
-		unbind(t, art)
+		tgt.kill(c)
+		unbind(t, tgt.art)
 	}
 	if !start() {
 		return r
@@ -152,10 +200,10 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 		killAt := time.Now().Add(time.Duration(5+rng.IntN(60)) * time.Millisecond)
 		for time.Now().Before(killAt) {
 			id := fmt.Sprintf("task-%05d", next)
-			if next%2 == 1 {
+			if next%2 == 1 && tgt.pub != nil {
 				// Acknowledged by the hub, which keeps it for the agent's
 				// persistent session until the agent has it durable.
-				tok := pub.Publish(tasksTopic(agentID), 1, false, appendTask(id, "tasks.log"))
+				tok := tgt.pub.Publish(tasksTopic(agentID), 1, false, appendTask(id, "tasks.log"))
 				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 					t.Fatalf("publish %s: %v", id, tok.Error())
 				}
@@ -227,19 +275,21 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
-	// Every result reached the hub, once per execution.
-	mqtttest.WaitFor(t, time.Minute, "every result at the hub", func() bool {
-		return len(mqtttest.Results(t, col, resultsTopic(agentID))) >= len(accepted)
-	})
-	published := mqtttest.Results(t, col, resultsTopic(agentID))
-	for id := range accepted {
-		switch rs := published[id]; {
-		case len(rs) == 0:
-			r.lost++
-			t.Errorf("the result of task %s never reached the hub", id)
-		case runs(rs) != 1:
-			r.repeated++
-			t.Errorf("task %s ran %d times: %+v", id, runs(rs), rs)
+	if tgt.col != nil {
+		// Every result reached the hub, once per execution.
+		mqtttest.WaitFor(t, time.Minute, "every result at the hub", func() bool {
+			return len(mqtttest.Results(t, tgt.col, resultsTopic(agentID))) >= len(accepted)
+		})
+		published := mqtttest.Results(t, tgt.col, resultsTopic(agentID))
+		for id := range accepted {
+			switch rs := published[id]; {
+			case len(rs) == 0:
+				r.lost++
+				t.Errorf("the result of task %s never reached the hub", id)
+			case runs(rs) != 1:
+				r.repeated++
+				t.Errorf("task %s ran %d times: %+v", id, runs(rs), rs)
+			}
 		}
 	}
 	lines := countLines(t, filepath.Join(ledger, "tasks.log"))
@@ -317,12 +367,7 @@ func TestPowerCutFirstTask(t *testing.T) {
 	} {
 		t.Run(store.name, func(t *testing.T) {
 			const agentID = "first"
-			pc := powercut.New(t, 1)
-			data := filepath.Join(pc.Dir(), "data")
-			if err := os.Mkdir(data, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			syncPath(t, pc.Dir())
+			pc, data, _ := newPowerCutData(t)
 			url := store.url
 			if url != "bbolt://" {
 				url = fmt.Sprintf(url, data)
@@ -353,4 +398,65 @@ func TestPowerCutFirstTask(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPowerCutDaemon is the torture runner on the daemon: `openstarry
+// start` with its embedded broker and its master agent (a process of its
+// own), the data directory on the simulator, tasks to the master over the
+// daemon's HTTP API. A kill or a cut takes the daemon and the master; the
+// next daemon must boot (broker included) and the master come back with
+// every acknowledged task. 20 cycles; 300 with OPENSTARRY_TORTURE set.
+func TestPowerCutDaemon(t *testing.T) {
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	cycles := 20
+	if os.Getenv("OPENSTARRY_TORTURE") != "" {
+		cycles = 300
+	}
+	pc, data, seed := newPowerCutData(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	cfg := daemonConfig(t, data, fmt.Sprintf("mqtt:\n  broker_listen: 127.0.0.1:%d\n  device: %s\n", port, mqttDevice))
+	var masterPID int
+	tgt := tortured{
+		agentID: "master",
+		art:     filepath.Join(data, "agents", "master", "artifacts"),
+	}
+	tgt.start = func() (*child, string, bool) {
+		c := startChild(t, false, "start", "--config", cfg)
+		deadline := time.Now().Add(30 * time.Second)
+		for !strings.Contains(c.logs(), "boot complete") {
+			select {
+			case <-c.done:
+				return c, "", false
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the daemon did not boot\n%s", c.logs())
+			}
+		}
+		a := waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+		masterPID = a.PID
+		return c, c.url(), true
+	}
+	// The master's own log goes to the daemon's: its hydration line is
+	// there, which the runner reads.
+	tgt.kill = func(c *child) {
+		c.kill()
+		deadline := time.Now().Add(10 * time.Second)
+		for masterPID != 0 && !pidGone(masterPID) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the master (pid %d) outlived the daemon", masterPID)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	r := torture(t, pc, seed, tgt, cycles)
+	t.Logf("\n| daemon | cycles | kills | cuts |  tasks | lost | repeated | blank | refused | unknown |\n| master | %6d | %5d | %4d | %6d | %4d | %8d | %5d | %7d | %7d |",
+		r.cycles, r.kills, r.cuts, r.tasks, r.lost, r.repeated, r.blank, r.refused, r.unknown)
 }

@@ -52,6 +52,7 @@ type inode struct {
 	id      uint64
 	dir     bool
 	perm    os.FileMode
+	special uint32            // S_IFSOCK or S_IFIFO for those, else 0
 	entries map[string]uint64 // a directory's durable entries
 	pend    *pending          // a file's data written since its last fsync
 }
@@ -119,6 +120,9 @@ func (m *model) fresh(st *syscall.Stat_t) uint64 {
 	m.nextID++
 	if n.dir {
 		n.entries = map[string]uint64{}
+	}
+	if t := st.Mode & syscall.S_IFMT; t == syscall.S_IFSOCK || t == syscall.S_IFIFO {
+		n.special = t
 	}
 	m.nodes[n.id] = n
 	m.byIno[st.Ino] = n.id
@@ -500,6 +504,11 @@ func (m *model) build(dir uint64, path string, seen map[uint64]string) error {
 		seen[id] = p
 		if n.dir {
 			if err := os.Mkdir(p, 0o700); err != nil {
+				return err
+			}
+		} else if n.special != 0 {
+			// A socket or a FIFO comes back as its inode, unbound.
+			if err := syscall.Mknod(p, n.special|0o600, 0); err != nil {
 				return err
 			}
 		} else if err := copyFile(m.storePath(id), p, n.perm); err != nil {

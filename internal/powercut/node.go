@@ -112,8 +112,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode, rdev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		return nil, syscall.EPERM // only regular files and directories are modelled
+	if t := mode & syscall.S_IFMT; t == syscall.S_IFBLK || t == syscall.S_IFCHR {
+		return nil, syscall.EPERM // device nodes are not modelled
 	}
 	return n.make(ctx, name, out, func(p string) error { return syscall.Mknod(p, mode, int(rdev)) })
 }
