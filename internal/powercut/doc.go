@@ -16,7 +16,15 @@
 //     make its name durable, and a rename is durable in each of its two
 //     directories only when that directory is fsynced;
 //   - mode bits, times and extended attributes are not modelled: they are
-//     as the live directory has them when a file is created.
+//     as the live directory has them when a file is created;
+//   - regular files, directories, hard links, Unix sockets and FIFOs are
+//     modelled; symbolic links, device nodes and RENAME_EXCHANGE are
+//     refused (EPERM, EINVAL); copy_file_range answers ENOSYS so that the
+//     kernel copies with reads and writes.
+//
+// A block reaches the disk either as it was durable or as its latest
+// write: the intermediate contents a real writeback could also leave are
+// not modelled.
 //
 // A Cut in mode Drop loses everything not durable. A Cut in mode Tear
 // loses part of it: the pending data blocks (4 KiB) and size changes of

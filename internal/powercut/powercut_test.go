@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -360,5 +362,40 @@ func TestBbolt(t *testing.T) {
 			t.Logf("cut: %v", st)
 			runChild(t, "bolt-check", path)
 		})
+	}
+}
+
+// TestSocket: a Unix socket bound on the mount takes connections (the
+// daemon's control socket lives in its data directory), and a cut leaves
+// its name as an unbound socket when the name was durable.
+func TestSocket(t *testing.T) {
+	p := powercut.New(t, 1)
+	path := filepath.Join(p.Dir(), "control.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
+		t.Fatalf("read %q, %v", buf, err)
+	}
+	c.Close()
+	syncDir(t, p.Dir())
+	ln.(*net.UnixListener).SetUnlinkOnClose(false)
+	ln.Close()
+	cut(t, p, powercut.Drop)
+	fi, err := os.Lstat(path)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		t.Fatalf("after the cut: %v, %v", fi, err)
 	}
 }
