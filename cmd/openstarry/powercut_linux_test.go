@@ -460,3 +460,34 @@ func TestPowerCutDaemon(t *testing.T) {
 	t.Logf("\n| daemon | cycles | kills | cuts |  tasks | lost | repeated | blank | refused | unknown |\n| master | %6d | %5d | %4d | %6d | %4d | %8d | %5d | %7d | %7d |",
 		r.cycles, r.kills, r.cuts, r.tasks, r.lost, r.repeated, r.blank, r.refused, r.unknown)
 }
+
+// TestPowerCutDaemonWorkers: a worker the master spawned is in the
+// daemon's registry (DATA/run/registry.json) before the spawn returns; a
+// power cut right after must not take the registry, or its directory,
+// with it: the next boot restores the worker.
+func TestPowerCutDaemonWorkers(t *testing.T) {
+	if err := powercut.Available(); err != nil {
+		t.Skip(err)
+	}
+	pc, data, _ := newPowerCutData(t)
+	cfg := daemonConfig(t, data, "")
+	c := startDaemon(t, cfg)
+	cl, err := control.Discover(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Manage(context.Background(), "master", control.AgentRequest{Action: "spawn", Template: "worker", AgentID: "w9"}); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	w := waitAgent(t, data, "w9", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+	m := waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+	c.kill()
+	eventually(t, "the agents gone", func() bool { return pidGone(w.PID) && pidGone(m.PID) })
+	if _, err := pc.Cut(powercut.Drop); err != nil {
+		t.Fatal(err)
+	}
+	c = startDaemon(t, cfg)
+	c.waitLog(`"restored_workers":1`, 5*time.Second)
+	waitAgent(t, data, "w9", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
+}
