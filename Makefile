@@ -4,7 +4,7 @@ BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
 
-.PHONY: build run test torture bench lint matrix clean
+.PHONY: build run test torture fuzz bench lint matrix clean
 
 build:
 	./build.sh host
@@ -19,10 +19,24 @@ test:
 	$(GO) test -race -timeout 20m ./...
 
 # The crash tests at length: 3,000 tasks through 150 SIGKILLs over MQTT
-# (make test runs 200 through 12), and 200 damaged starts per store
-# (make test runs 12), whose table of outcomes it prints.
+# (make test runs 200 through 12), 200 damaged starts per store (make test
+# runs 12), and 1,000 cycles of SIGKILL or power cut per store on the
+# power-cut simulator (make test runs 30).
 torture:
-	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|StoreDamage' -v -timeout 60m ./cmd/openstarry/
+	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|StoreDamage|PowerCut' -v -timeout 90m ./cmd/openstarry/
+
+# Every fuzz target explores for FUZZTIME (make test runs only their seed
+# corpora, testdata/fuzz included). Findings land in the package's
+# testdata/fuzz, where they become part of make test.
+FUZZTIME ?= 60s
+fuzz:
+	@set -e; for f in $$(grep -rl --include='*_test.go' '^func Fuzz' .); do \
+	  dir=$$(dirname $$f); \
+	  for t in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+	    echo "== $$dir $$t"; \
+	    $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) ./$$dir; \
+	  done; \
+	done
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
 # fdatasync, Save latency and bytes per backend, end-to-end ticks per second.

@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/eclipse/paho.mqtt.golang v1.5.1
+	github.com/hanwen/go-fuse/v2 v2.9.0
 	github.com/kardianos/service v1.3.0
 	github.com/mattn/go-isatty v0.0.24
 	github.com/mochi-mqtt/server/v2 v2.7.9

@@ -5,7 +5,9 @@
 package atomicfile
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -69,4 +71,35 @@ func SyncDir(dir string) error {
 		err = cerr
 	}
 	return err
+}
+
+// MkdirAll creates dir and any missing parents, like os.MkdirAll, and
+// makes the whole chain durable: it fsyncs dir and every directory above
+// it, so that after a power cut each name on the path is there, whoever
+// created it and whether or not it existed already. An ancestor this
+// process may not open (a parent it can only traverse) ends the chain
+// without an error. Windows journals directory entries; there it only
+// creates.
+func MkdirAll(dir string, perm os.FileMode) error {
+	if err := os.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	if runtime.GOOS == "windows" {
+		return nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	for d := abs; ; d = filepath.Dir(d) {
+		if err := SyncDir(d); err != nil {
+			if d != abs && errors.Is(err, fs.ErrPermission) {
+				return nil
+			}
+			return fmt.Errorf("fsync %s: %w", d, err)
+		}
+		if filepath.Dir(d) == d {
+			return nil
+		}
+	}
 }

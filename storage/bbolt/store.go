@@ -20,6 +20,7 @@ import (
 	berrors "go.etcd.io/bbolt/errors"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
@@ -169,7 +170,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bbolt: open %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	// The whole path made durable: a name on it lost in a power cut
+	// would lose every agent under it.
+	if err := atomicfile.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("bbolt: open: %w", err)
 	}
 	if fi, err := os.Stat(abs); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
@@ -116,7 +117,9 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	// The whole path made durable: a name on it lost in a power cut
+	// would lose every snapshot under it.
+	if err := atomicfile.MkdirAll(abs, 0o750); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", abs, err)
 	}
 	s := &Store{dir: abs, log: o.Logger, ret: backend.Retention(o.Retention), now: o.Now}

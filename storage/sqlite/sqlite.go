@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io/fs"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
@@ -154,7 +154,10 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+	// The whole path made durable: a name on it lost in a power cut
+	// would lose the database. SQLite makes the file's own name durable
+	// (it fsyncs the directory when it creates the WAL).
+	if err := atomicfile.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
 	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
