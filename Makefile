@@ -4,7 +4,7 @@ BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
 
-.PHONY: build run test torture bench lint matrix clean
+.PHONY: build run test torture bench lint matrix release clean
 
 build:
 	./build.sh host
@@ -34,6 +34,12 @@ lint:
 
 matrix:
 	./build.sh matrix
+
+# Every binary, the small (bbolt-only) builds and the .debs into dist/, each
+# checked static and under its size budget, SHA256SUMS signed with the
+# fleet's key: RELEASE_KEY=fleet.key make release.
+release:
+	./build.sh release
 
 clean:
 	rm -rf bin dist

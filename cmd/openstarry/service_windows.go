@@ -37,6 +37,11 @@ func platformServiceConfig(c *service.Config, _, _, _ string) {
 	c.Option["OnFailureResetPeriod"] = 86400
 }
 
+func serviceStatus(s service.Service) (service.Status, error) { return s.Status() }
+
+// removeServiceLinks: the service control manager keeps no links.
+func removeServiceLinks() error { return nil }
+
 func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
 
 // serviceLog: a Windows service has no stderr anyone reads; the daemon and

@@ -1,0 +1,5 @@
+//go:build !nosqlite
+
+package main
+
+import _ "github.com/openstarry/openstarry-edge/storage/sqlite"
