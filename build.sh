@@ -32,10 +32,10 @@ LDFLAGS="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.date=
 export CGO_ENABLED=0
 
 DIST=${DIST:-dist}
-TARGETS=${TARGETS:-linux/amd64 linux/arm64 linux/arm/7 linux/arm/6 linux/arm/5 windows/amd64 windows/arm64}
-SMALL_TARGETS=${SMALL_TARGETS:-linux/arm64 linux/arm/7 linux/arm/6}
+TARGETS=${TARGETS-linux/amd64 linux/arm64 linux/arm/7 linux/arm/6 linux/arm/5 windows/amd64 windows/arm64}
+SMALL_TARGETS=${SMALL_TARGETS-linux/arm64 linux/arm/7 linux/arm/6}
 SMALL_TAGS=${SMALL_TAGS:-nosqlite,noredis,nofile}
-DEB_ARCHS=${DEB_ARCHS:-amd64 arm64 armhf armel}
+DEB_ARCHS=${DEB_ARCHS-amd64 arm64 armhf armel}
 MAX_MIB=${MAX_MIB:-20}
 SMALL_MAX_MIB=${SMALL_MAX_MIB:-11}
 NFPM_MODULE=github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -123,8 +123,11 @@ debs() {
     esac
     local bin="$DIST/$(name openstarry "$target")"
     [ -f "$bin" ] || { echo "$bin is missing: build $target (TARGETS) before packaging $a" >&2; exit 1; }
-    DEB_ARCH=$a DEB_VERSION=$deb_version DEB_BINARY=$bin DEB_STAGE=$stage DEB_MAINTAINER=$DEB_MAINTAINER \
-      "$TOOLS/nfpm" package --config packaging/deb/nfpm.yaml --packager deb --target "$DIST/openstarry_${deb_version}_${a}.deb" >/dev/null
+    # nfpm expands the environment in the package's fields, not in the
+    # paths of its contents: those are filled in here.
+    sed -e "s|\${DEB_BINARY}|$bin|g" -e "s|\${DEB_STAGE}|$stage|g" packaging/deb/nfpm.yaml >"$stage/nfpm-$a.yaml"
+    DEB_ARCH=$a DEB_VERSION=$deb_version DEB_MAINTAINER=$DEB_MAINTAINER \
+      "$TOOLS/nfpm" package --config "$stage/nfpm-$a.yaml" --packager deb --target "$DIST/openstarry_${deb_version}_${a}.deb" >/dev/null
     echo "packaged $DIST/openstarry_${deb_version}_${a}.deb ($(stat -c %s "$DIST/openstarry_${deb_version}_${a}.deb") bytes)"
   done
 }
