@@ -4,7 +4,7 @@ BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
 
-.PHONY: build run test torture fuzz bench lint matrix clean
+.PHONY: build run test torture fuzz bench lint matrix release release-test clean
 
 build:
 	./build.sh host
@@ -49,6 +49,17 @@ lint:
 
 matrix:
 	./build.sh matrix
+
+# Every binary, the small (bbolt-only) builds and the .debs into dist/, each
+# checked static and under its size budget, SHA256SUMS signed with the
+# fleet's key: RELEASE_KEY=fleet.key make release.
+release:
+	./build.sh release
+
+# The whole release built and checked: every target under qemu or wine,
+# the four .debs through lintian (make test checks a short release).
+release-test:
+	OPENSTARRY_RELEASE_FULL=1 $(GO) test -count=1 -v -timeout 90m ./packaging/
 
 clean:
 	rm -rf bin dist

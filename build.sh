@@ -1,7 +1,27 @@
 #!/usr/bin/env bash
-# Builds the static openstarry binary.
+# Builds the static openstarry binary, the release and its packages.
 #   ./build.sh                 host build into bin/openstarry
-#   ./build.sh matrix          every release target into dist/
+#   ./build.sh matrix          every release binary into $DIST, checked
+#   ./build.sh release         matrix, the small builds and the .debs into
+#                              $DIST, checked, then SHA256SUMS signed with
+#                              $RELEASE_KEY and verified
+#
+# Every binary: CGO_ENABLED=0, -trimpath, stripped, version/commit/date
+# stamped. A binary that is not static or exceeds its budget ($MAX_MIB,
+# $SMALL_MAX_MIB for the small builds) fails the build.
+#
+# Environment (all optional but RELEASE_KEY for release):
+#   DIST           output directory (dist)
+#   TARGETS        GOOS/GOARCH[/GOARM] list of the standard builds
+#   SMALL_TARGETS  the same for the small (bbolt-only) builds
+#   SMALL_TAGS     build tags of the small builds (nosqlite,noredis,nofile)
+#   DEB_ARCHS      Debian architectures to package (amd64 arm64 armhf armel)
+#   RELEASE_KEY    ed25519 private key (PREFIX.key of openstarry templates
+#                  keygen); PREFIX.pub beside it is used to verify
+#   VERSION COMMIT DATE  stamped into the binaries (from git by default)
+#   DEB_VERSION    the packages' version (derived from VERSION)
+#   DEB_MAINTAINER the packages' Maintainer field
+#   OPENSTARRY     a host openstarry binary to sign with (built if unset)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -11,25 +31,143 @@ DATE=${DATE:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}
 LDFLAGS="-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -X main.date=${DATE}"
 export CGO_ENABLED=0
 
-build() { # GOOS GOARCH GOARM OUT
-  GOOS=$1 GOARCH=$2 GOARM=$3 go build -trimpath -ldflags "$LDFLAGS" -o "$4" ./cmd/openstarry
-  echo "built $4 ($1/$2${3:+ v$3})"
+DIST=${DIST:-dist}
+TARGETS=${TARGETS-linux/amd64 linux/arm64 linux/arm/7 linux/arm/6 linux/arm/5 windows/amd64 windows/arm64}
+SMALL_TARGETS=${SMALL_TARGETS-linux/arm64 linux/arm/7 linux/arm/6}
+SMALL_TAGS=${SMALL_TAGS:-nosqlite,noredis,nofile}
+DEB_ARCHS=${DEB_ARCHS-amd64 arm64 armhf armel}
+MAX_MIB=${MAX_MIB:-20}
+SMALL_MAX_MIB=${SMALL_MAX_MIB:-11}
+NFPM_MODULE=github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DEB_MAINTAINER=${DEB_MAINTAINER:-OpenStarry Edge <openstarry-edge@users.noreply.github.com>}
+
+TOOLS=$(mktemp -d)
+trap 'rm -rf "$TOOLS"' EXIT
+
+# name PREFIX GOOS/GOARCH[/GOARM] prints the file name of a binary:
+# openstarry-linux-armv7, openstarry-small-linux-arm64, openstarry-windows-amd64.exe.
+name() {
+  local prefix=$1 os arch arm
+  IFS=/ read -r os arch arm <<<"$2"
+  local n="$prefix-$os-${arch}${arm:+v$arm}"
+  [ "$os" = windows ] && n="$n.exe"
+  echo "$n"
+}
+
+# build TARGET OUT [TAGS]
+build() {
+  local os arch arm
+  IFS=/ read -r os arch arm <<<"$1"
+  GOOS=$os GOARCH=$arch GOARM=$arm go build -trimpath ${3:+-tags "$3"} -ldflags "$LDFLAGS" -o "$2" ./cmd/openstarry
+  echo "built $2 ($os/$arch${arm:+ v$arm}${3:+, tags $3})"
+}
+
+checkbin() { # MAX_MIB FILE...
+  [ -x "$TOOLS/checkbin" ] || go build -o "$TOOLS/checkbin" ./packaging/checkbin
+  "$TOOLS/checkbin" -max "$@"
+}
+
+matrix() {
+  mkdir -p "$DIST"
+  local t std=() small=()
+  for t in $TARGETS; do
+    build "$t" "$DIST/$(name openstarry "$t")"
+    std+=("$DIST/$(name openstarry "$t")")
+  done
+  for t in $SMALL_TARGETS; do
+    build "$t" "$DIST/$(name openstarry-small "$t")" "$SMALL_TAGS"
+    small+=("$DIST/$(name openstarry-small "$t")")
+  done
+  echo "sizes (static, under budget):"
+  [ ${#std[@]} -eq 0 ] || checkbin "$MAX_MIB" "${std[@]}"
+  [ ${#small[@]} -eq 0 ] || checkbin "$SMALL_MAX_MIB" "${small[@]}"
+}
+
+# debVersion turns a git describe into a Debian version: v1.2.0 -> 1.2.0,
+# v1.2.0-3-gabc123 -> 1.2.0+git3.abc123, an untagged abc123 -> 0.0.0+gitabc123.
+debVersion() {
+  local v=${VERSION#v} dirty=""
+  case "$v" in *-dirty) v=${v%-dirty}; dirty="+dirty" ;; esac
+  if [[ "$v" =~ ^([0-9][0-9A-Za-z.~+]*)-([0-9]+)-g([0-9a-f]+)$ ]]; then
+    echo "${BASH_REMATCH[1]}+git${BASH_REMATCH[2]}.${BASH_REMATCH[3]}$dirty"
+  elif [[ "$v" =~ ^[0-9][0-9A-Za-z.~+]*$ ]]; then
+    echo "$v$dirty"
+  else
+    echo "0.0.0+git${COMMIT}$dirty" | tr -c '0-9A-Za-z.~+\n' '.'
+  fi
+}
+
+# debs packages the binaries of $DIST for each Debian architecture.
+debs() {
+  local deb_version=${DEB_VERSION:-$(debVersion)}
+  [ -x "$TOOLS/nfpm" ] || GOBIN="$TOOLS" go install "$NFPM_MODULE"
+  local stage="$TOOLS/stage"
+  mkdir -p "$stage"
+  # The package's configuration is the shipped file with the service's
+  # data directory.
+  sed 's|^data: ./data$|data: /var/lib/openstarry|' configs/openstarry.yaml >"$stage/openstarry.yaml"
+  grep -q '^data: /var/lib/openstarry$' "$stage/openstarry.yaml" || { echo "configs/openstarry.yaml has no 'data: ./data' line" >&2; exit 1; }
+  printf 'openstarry (%s) unstable; urgency=medium\n\n  * Release %s (commit %s).\n\n -- %s  %s\n' \
+    "$deb_version" "$VERSION" "$COMMIT" "$DEB_MAINTAINER" "$(date -u -R)" | gzip -9n >"$stage/changelog.gz"
+  local a target
+  for a in $DEB_ARCHS; do
+    case $a in
+      amd64) target=linux/amd64 ;;
+      arm64) target=linux/arm64 ;;
+      # Raspberry Pi OS's armhf is ARMv6 with VFP (Pi Zero, Pi 1), Debian's
+      # ARMv7: the ARMv6 binary runs on both. Debian's armel is ARMv5TE
+      # without an FPU: GOARM=5 (software floating point).
+      armhf) target=linux/arm/6 ;;
+      armel) target=linux/arm/5 ;;
+      *) echo "unknown Debian architecture $a" >&2; exit 2 ;;
+    esac
+    local bin="$DIST/$(name openstarry "$target")"
+    [ -f "$bin" ] || { echo "$bin is missing: build $target (TARGETS) before packaging $a" >&2; exit 1; }
+    # nfpm expands the environment in the package's fields, not in the
+    # paths of its contents: those are filled in here.
+    sed -e "s|\${DEB_BINARY}|$bin|g" -e "s|\${DEB_STAGE}|$stage|g" packaging/deb/nfpm.yaml >"$stage/nfpm-$a.yaml"
+    DEB_ARCH=$a DEB_VERSION=$deb_version DEB_MAINTAINER=$DEB_MAINTAINER \
+      "$TOOLS/nfpm" package --config "$stage/nfpm-$a.yaml" --packager deb --target "$DIST/openstarry_${deb_version}_${a}.deb" >/dev/null
+    echo "packaged $DIST/openstarry_${deb_version}_${a}.deb ($(stat -c %s "$DIST/openstarry_${deb_version}_${a}.deb") bytes)"
+  done
+}
+
+sign() {
+  if [ -z "${RELEASE_KEY:-}" ]; then
+    echo "RELEASE_KEY is not set: the release is signed with the fleet's ed25519 key." >&2
+    echo "  RELEASE_KEY=fleet.key make release   (make a key: openstarry templates keygen --out fleet)" >&2
+    exit 1
+  fi
+  local os=${OPENSTARRY:-}
+  if [ -z "$os" ]; then
+    os="$TOOLS/openstarry"
+    CGO_ENABLED=0 go build -o "$os" ./cmd/openstarry
+  fi
+  "$os" sign-release --key "$RELEASE_KEY" "$DIST"
+  local pub=${RELEASE_KEY%.key}.pub
+  if [ -f "$pub" ]; then
+    "$os" verify-release --key "$pub" "$DIST" | tail -1
+  fi
 }
 
 case "${1:-host}" in
   host)
-    build "$(go env GOOS)" "$(go env GOARCH)" "" bin/openstarry
+    build "$(go env GOOS)/$(go env GOARCH)" bin/openstarry
     ;;
   matrix)
-    mkdir -p dist
-    build linux amd64 "" dist/openstarry-linux-amd64
-    build linux arm64 "" dist/openstarry-linux-arm64
-    build linux arm 7 dist/openstarry-linux-armv7
-    build linux arm 6 dist/openstarry-linux-armv6
-    build windows amd64 "" dist/openstarry-windows-amd64.exe
-    build windows arm64 "" dist/openstarry-windows-arm64.exe
+    matrix
+    ;;
+  release)
+    if [ -z "${RELEASE_KEY:-}" ]; then sign; fi # fail before building
+    rm -f "$DIST"/openstarry[-_]* "$DIST"/SHA256SUMS*
+    matrix
+    debs
+    sign
+    ;;
+  debs)
+    debs
     ;;
   *)
-    echo "usage: $0 [host|matrix]" >&2; exit 2
+    echo "usage: $0 [host|matrix|release|debs]" >&2; exit 2
     ;;
 esac

@@ -1,12 +1,14 @@
 package main
 
 // The concrete plugins of this binary. Nothing else in the tree names them.
+// bbolt, the default store, is always in; each other store has a build tag
+// that leaves it out of a smaller binary (plugins_*.go):
+//
+//	go build -tags nosqlite,noredis,nofile ./cmd/openstarry   # bbolt only
+//
+// A store URL for a store left out is refused with an error naming the tag.
 import (
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
-	_ "github.com/openstarry/openstarry-edge/storage/file"
-	_ "github.com/openstarry/openstarry-edge/storage/memory/fts"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
-	_ "github.com/openstarry/openstarry-edge/storage/redis"
-	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
 	_ "github.com/openstarry/openstarry-edge/transport/webhook"
 )

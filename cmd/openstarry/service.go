@@ -188,6 +188,11 @@ LocalSystem unless --user is given, restarting on failure.`,
 				if err := service.Control(s, action); err != nil {
 					return fmt.Errorf("service %s (%s): %w", action, service.Platform(), err)
 				}
+				if action == "uninstall" {
+					if err := removeServiceLinks(); err != nil {
+						return fmt.Errorf("service uninstall (%s): %w", service.Platform(), err)
+					}
+				}
 				fmt.Fprintf(cmd.OutOrStdout(), "service %s: %s done\n", serviceName, action)
 				return nil
 			},
@@ -209,7 +214,7 @@ LocalSystem unless --user is given, restarting on failure.`,
 }
 
 func printServiceStatus(w io.Writer, s service.Service) error {
-	st, err := s.Status()
+	st, err := serviceStatus(s)
 	if err != nil && !errors.Is(err, service.ErrNotInstalled) {
 		err = fmt.Errorf("service status (%s): %w", service.Platform(), err)
 	}

@@ -3,10 +3,13 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -84,6 +87,52 @@ func prepareServiceData(data, name string) error {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	return nil
+}
+
+// sysvScript is where kardianos/service installs the SysV init script.
+const sysvScript = "/etc/init.d/" + serviceName
+
+// serviceStatus asks the service manager. The SysV script that
+// kardianos/service installs answers "Stopped" with exit status 1, which
+// the library reports as a bare "exit status 1": read its answer here.
+func serviceStatus(s service.Service) (service.Status, error) {
+	if service.Platform() != "unix-systemv" {
+		return s.Status()
+	}
+	if _, err := os.Stat(sysvScript); errors.Is(err, os.ErrNotExist) {
+		return service.StatusUnknown, service.ErrNotInstalled
+	}
+	out, err := exec.Command(sysvScript, "status").Output()
+	switch answer := strings.TrimSpace(string(out)); {
+	case strings.HasPrefix(answer, "Running"):
+		return service.StatusRunning, nil
+	case strings.HasPrefix(answer, "Stopped"):
+		return service.StatusStopped, nil
+	default:
+		return service.StatusUnknown, fmt.Errorf("%s status: %v: %q", sysvScript, err, answer)
+	}
+}
+
+// removeServiceLinks removes the runlevel links of the SysV script, which
+// kardianos/service creates on install (/etc/rc[2-5].d/S50openstarry,
+// /etc/rc[016].d/K02openstarry) but leaves behind on uninstall. Only links
+// that point at the script are removed. systemd's links go with
+// `systemctl disable`, which the library runs.
+func removeServiceLinks() error {
+	links, err := filepath.Glob("/etc/rc[0-6S].d/[SK][0-9][0-9]" + serviceName)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, l := range links {
+		if target, err := os.Readlink(l); err != nil || (target != sysvScript && target != "../init.d/"+serviceName) {
+			continue
+		}
+		if err := os.Remove(l); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // serviceLog: under systemd the journal reads stderr.

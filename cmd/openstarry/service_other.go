@@ -19,4 +19,8 @@ func platformServiceConfig(*service.Config, string, string, string) {}
 
 func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
 
+func serviceStatus(s service.Service) (service.Status, error) { return s.Status() }
+
+func removeServiceLinks() error { return nil }
+
 func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }

@@ -37,17 +37,23 @@ func platformServiceConfig(c *service.Config, _, _, _ string) {
 	c.Option["OnFailureResetPeriod"] = 86400
 }
 
+func serviceStatus(s service.Service) (service.Status, error) { return s.Status() }
+
+// removeServiceLinks: the service control manager keeps no links.
+func removeServiceLinks() error { return nil }
+
 func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
 
 // serviceLog: a Windows service has no stderr anyone reads; the daemon and
-// its agents log JSON lines to DATA\logs\openstarry.log.
+// its agents log JSON lines to DATA\logs\openstarry.log, rotated by size
+// (10 MiB, three files kept: openstarry.log, .1, .2).
 func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
 	dir := filepath.Join(cfg.Data, "logs")
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return stderrLog()
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "openstarry.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
-	if err != nil {
+	f := &logx.RotatingFile{Path: filepath.Join(dir, "openstarry.log"), MaxBytes: 10 << 20, Keep: 3}
+	if _, err := f.Write(nil); err != nil {
 		return stderrLog()
 	}
 	w := &lockedWriter{w: f}

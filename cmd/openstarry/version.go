@@ -2,19 +2,86 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime"
+	"runtime/debug"
+	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/core/brain"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
 func init() {
 	rootCmd.AddCommand(&cobra.Command{
 		Use:   "version",
-		Short: "Print the version, commit, build date and platform",
+		Short: "Print the version, commit, build date, platform, and the stores and brains compiled in",
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
-			fmt.Fprintf(cmd.OutOrStdout(), "openstarry %s\ncommit: %s\nbuilt: %s\nplatform: %s/%s\ngo: %s\n",
-				version, commit, date, runtime.GOOS, runtime.GOARCH, runtime.Version())
+			printVersion(cmd.OutOrStdout())
 		},
 	})
+}
+
+// buildInfo is what the binary knows about its own build: the ARM variant
+// (GOARM) and the build tags, from the build settings the go command
+// records in every binary.
+type buildInfo struct {
+	goarm string // "6", "7" (possibly ",softfloat"); "" off 32-bit ARM
+	tags  string // comma-separated; "" for the standard build
+}
+
+func readBuildInfo() buildInfo {
+	var b buildInfo
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return b
+	}
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "GOARM":
+			b.goarm = s.Value
+		case "-tags":
+			b.tags = s.Value
+		}
+	}
+	return b
+}
+
+// platform is GOOS/GOARCH, with the ARM variant on 32-bit ARM:
+// "linux/arm (armv7)".
+func platform(goos, goarch, goarm string) string {
+	p := goos + "/" + goarch
+	if goarch == "arm" && goarm != "" {
+		v, _, _ := strings.Cut(goarm, ",")
+		p += " (armv" + v + ")"
+	}
+	return p
+}
+
+func printVersion(w io.Writer) {
+	b := readBuildInfo()
+	fmt.Fprintf(w, "openstarry %s\ncommit: %s\nbuilt: %s\nplatform: %s\ngo: %s\n",
+		version, commit, date, platform(runtime.GOOS, runtime.GOARCH, b.goarm), runtime.Version())
+	tags := b.tags
+	if tags == "" {
+		tags = "none (standard build)"
+	}
+	fmt.Fprintf(w, "build tags: %s\n", tags)
+	var stores []string
+	for _, info := range plugin.List(plugin.KindStorage) {
+		stores = append(stores, info.Name())
+	}
+	fmt.Fprintf(w, "stores: %s\n", strings.Join(stores, " "))
+	if om := plugin.Omitted(); len(om) > 0 {
+		var left []string
+		for id, tag := range om {
+			left = append(left, fmt.Sprintf("%s (%s)", strings.TrimPrefix(id, string(plugin.KindStorage)+"."), tag))
+		}
+		sort.Strings(left)
+		fmt.Fprintf(w, "left out: %s\n", strings.Join(left, " "))
+	}
+	fmt.Fprintf(w, "brains: %s\n", strings.Join(brain.Providers(), " "))
 }

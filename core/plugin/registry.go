@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"sort"
@@ -63,9 +64,38 @@ func (i Info) Name() string {
 }
 
 var (
-	mu       sync.RWMutex // guards registry
+	mu       sync.RWMutex // guards registry and omitted
 	registry = map[string]Info{}
+	omitted  = map[string]string{} // plugin id → build tag that left it out
 )
+
+// ErrNotCompiledIn is wrapped by the error of a plugin this build left out
+// with a build tag (a store URL whose backend a small build does not have).
+var ErrNotCompiledIn = errors.New("not compiled into this build")
+
+// Omit records that this build leaves out the plugin id because of the
+// build tag tag ("nosqlite"), so that asking for it gets an error naming
+// the build rather than "unknown scheme". It is called from init, in the
+// file that the tag selects, and panics when id is also registered.
+func Omit(id, tag string) {
+	mu.Lock()
+	defer mu.Unlock()
+	if _, dup := registry[id]; dup {
+		panic(fmt.Sprintf("plugin: %q both registered and omitted", id))
+	}
+	omitted[id] = tag
+}
+
+// Omitted returns the plugins this build left out, each with its build tag.
+func Omitted() map[string]string {
+	mu.RLock()
+	defer mu.RUnlock()
+	out := make(map[string]string, len(omitted))
+	for id, tag := range omitted {
+		out[id] = tag
+	}
+	return out
+}
 
 // Register adds a plugin. It is called from init and panics on an empty,
 // malformed or duplicate ID, or a storage plugin without an opener: those are
@@ -96,6 +126,9 @@ func Register(info Info) {
 	defer mu.Unlock()
 	if _, dup := registry[info.ID]; dup {
 		panic(fmt.Sprintf("plugin: %q registered twice", info.ID))
+	}
+	if _, out := omitted[info.ID]; out {
+		panic(fmt.Sprintf("plugin: %q both registered and omitted", info.ID))
 	}
 	registry[info.ID] = info
 }
@@ -132,8 +165,13 @@ func OpenStorage(ctx context.Context, rawURL string, env Env) (Storage, error) {
 	if u.Scheme == "" {
 		return nil, fmt.Errorf("store url %q has no scheme (want one of %s)", rawURL, storageSchemes())
 	}
-	info, ok := Lookup(string(KindStorage) + "." + u.Scheme)
+	id := string(KindStorage) + "." + u.Scheme
+	info, ok := Lookup(id)
 	if !ok {
+		if tag, out := Omitted()[id]; out {
+			return nil, fmt.Errorf("store url %q: the %s store is %w (built with -tags %s; built in: %s); use the standard build, which has every store",
+				rawURL, u.Scheme, ErrNotCompiledIn, tag, storageSchemes())
+		}
 		return nil, fmt.Errorf("store url %q: no storage plugin for scheme %q (built in: %s)",
 			rawURL, u.Scheme, storageSchemes())
 	}

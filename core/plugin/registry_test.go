@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"context"
+	"errors"
 	"net/url"
 	"strings"
 	"testing"
@@ -44,6 +45,27 @@ func TestOpenStorageErrors(t *testing.T) {
 			t.Errorf("OpenStorage(%q) = %v, want %q", tc.url, err, tc.want)
 		}
 	}
+}
+
+// TestOmitted: a store a build tag left out is refused with an error that
+// names the tag, and cannot also be registered.
+func TestOmitted(t *testing.T) {
+	Omit("storage.testomitted", "notestomitted")
+	_, err := OpenStorage(context.Background(), "testomitted:///x", Env{})
+	if !errors.Is(err, ErrNotCompiledIn) || !strings.Contains(err.Error(), "-tags notestomitted") {
+		t.Fatalf("OpenStorage of an omitted store: %v", err)
+	}
+	if got := Omitted()["storage.testomitted"]; got != "notestomitted" {
+		t.Fatalf("Omitted() = %q", got)
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Fatal("registering an omitted plugin did not panic")
+			}
+		}()
+		Register(Info{ID: "storage.testomitted", OpenStorage: func(context.Context, *url.URL, Env) (Storage, error) { return nil, nil }})
+	}()
 }
 
 func TestURLPath(t *testing.T) {

@@ -1,0 +1,5 @@
+//go:build !nofile
+
+package main
+
+import _ "github.com/openstarry/openstarry-edge/storage/file"
