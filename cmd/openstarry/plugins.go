@@ -6,4 +6,5 @@ import (
 	_ "github.com/openstarry/openstarry-edge/storage/file"
 	_ "github.com/openstarry/openstarry-edge/storage/redis"
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
+	_ "github.com/openstarry/openstarry-edge/transport/llm"
 )

@@ -45,6 +45,7 @@ const (
 	RuleDecode          = "type"              // valid by the schema but not representable (e.g. 1.5 for an integer)
 	RuleUnknownTool     = "unknown_tool"      // a tool the tool registry does not have
 	RuleWorkersOnWorker = "workers_on_worker" // only a master names workers
+	RuleNoAllowlist     = "no_allowlist"      // http_get listed without an http_allowlist
 	RuleMissingWorker   = "missing_worker"    // a master names a worker template the set does not hold
 	RuleNotAWorker      = "not_a_worker"      // a master names a template whose role is not worker
 	RuleDuplicateName   = "duplicate_name"    // two files define the same name

@@ -29,6 +29,33 @@ type Template struct {
 	Storage       string        `json:"storage,omitempty"` // store URL; empty means the host's default
 	Limits        Limits        `json:"limits"`
 	Workers       []string      `json:"workers,omitempty"` // worker templates a master may spawn
+	// UnknownOutcome says what becomes of a task whose non-idempotent tool
+	// was interrupted by a crash: "end_task" (the task ends
+	// unknown_outcome), "ask_model" (the model is told the outcome is
+	// unknown and decides) or "approval" (an operator decides). Empty
+	// means ask_model for the openai brain and end_task otherwise.
+	UnknownOutcome string `json:"unknown_outcome,omitempty"`
+	// HTTPAllowlist lists the URL prefixes the http_get tool may fetch.
+	HTTPAllowlist []string `json:"http_allowlist,omitempty"`
+}
+
+// The values of Template.UnknownOutcome.
+const (
+	UnknownEndTask  = "end_task"
+	UnknownAskModel = "ask_model"
+	UnknownApproval = "approval"
+)
+
+// UnknownOutcomeOrDefault returns t.UnknownOutcome, or its default for the
+// template's brain when empty.
+func (t *Template) UnknownOutcomeOrDefault() string {
+	if t.UnknownOutcome != "" {
+		return t.UnknownOutcome
+	}
+	if t.Brain.Provider == "openai" {
+		return UnknownAskModel
+	}
+	return UnknownEndTask
 }
 
 // Brain selects the model provider.
@@ -38,6 +65,12 @@ type Brain struct {
 	Model     string `json:"model,omitempty"`       // openai: model name
 	APIKeyEnv string `json:"api_key_env,omitempty"` // openai: environment variable holding the key
 	TimeoutMs int    `json:"timeout_ms,omitempty"`  // per request; 0 means 60,000
+	// MaxRetries is how many times a 429 or 5xx answer is retried; 0
+	// means 4.
+	MaxRetries int `json:"max_retries,omitempty"`
+	// Stream asks for the answer token by token, reported on the progress
+	// topic while it arrives.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // ContextBudget bounds short_term_history. Messages past the budget fall out

@@ -16,11 +16,11 @@ import (
 const MaxTemplateBytes = 1 << 20
 
 // builtinTools are the tools accepted when Validator.KnownTool is nil.
-var builtinTools = []string{"file_append", "sleep_ms", "agent_manager", "approval_request", "approach_record"}
+var builtinTools = []string{"file_append", "file_read", "file_write", "http_get", "sleep_ms", "agent_manager", "approval_request", "approach_record"}
 
 // BuiltinTools returns the tool names accepted when no tool registry is
-// given: file_append, sleep_ms, agent_manager, approval_request,
-// approach_record.
+// given: file_append, file_read, file_write, http_get, sleep_ms,
+// agent_manager, approval_request, approach_record.
 func BuiltinTools() []string { return slices.Clone(builtinTools) }
 
 // Validator checks templates against template.schema.json and the rules a
@@ -104,7 +104,12 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 	}
 	var errs ValidationErrors
 	if tools, ok := obj["tools"].([]any); ok {
+		allow, _ := obj["http_allowlist"].([]any)
 		for i, x := range tools {
+			if x == "http_get" && len(allow) == 0 {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/tools/%d", i), Rule: RuleNoAllowlist,
+					Message: "http_get needs an http_allowlist naming the URL prefixes it may fetch"})
+			}
 			name, ok := x.(string)
 			if !ok || name == "" || v.knownTool(name) {
 				continue

@@ -7,8 +7,10 @@ package host
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -16,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // Agent describes one agent to boot.
@@ -34,6 +37,9 @@ type Agent struct {
 	Now        func() time.Time
 	BeforeSave func(*agent.Snapshot)
 	AfterSave  func(*agent.Snapshot)
+	// RetryMin and RetryMax bound the wait while the model server is
+	// unreachable (agent.Config); zero means the kernel's defaults.
+	RetryMin, RetryMax time.Duration
 }
 
 // ArtifactsDir is where an agent's file tools write.
@@ -61,6 +67,14 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	for k, v := range a.Vars {
 		vars[k] = v
 	}
+	services := a.Services
+	if len(t.HTTPAllowlist) > 0 {
+		services = maps.Clone(services)
+		if services == nil {
+			services = map[string]any{}
+		}
+		services[tool.ServiceHTTPAllowlist] = slices.Clone(t.HTTPAllowlist)
+	}
 	return agent.Start(ctx, agent.Config{
 		AgentID:      a.ID,
 		Store:        a.Store,
@@ -74,12 +88,16 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		ToolTimeout:  time.Duration(lim.ToolTimeoutMs) * time.Millisecond,
 		ArtifactsDir: art,
 		Vars:         vars,
-		Services:     a.Services,
+		Services:     services,
 		Outbox:       a.Outbox,
 		OnProgress:   a.OnProgress,
 		Log:          a.Log,
 		Now:          a.Now,
 		BeforeSave:   a.BeforeSave,
 		AfterSave:    a.AfterSave,
+
+		UnknownOutcome: t.UnknownOutcomeOrDefault(),
+		RetryMin:       a.RetryMin,
+		RetryMax:       a.RetryMax,
 	})
 }
