@@ -225,4 +225,6 @@ func TestUnreachableBrainWaits(t *testing.T) {
 
 type brainFunc func(ctx context.Context, turn agent.Turn) (agent.Reply, error)
 
-func (f brainFunc) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) { return f(ctx, turn) }
+func (f brainFunc) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	return f(ctx, turn)
+}
