@@ -24,9 +24,10 @@ torture:
 	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery' -v -timeout 60m ./cmd/openstarry/
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
-# fdatasync, Save latency and bytes per backend, end-to-end ticks per second.
+# fdatasync, Save latency and bytes per backend, end-to-end ticks per second,
+# the openai brain's own cost per turn (no model).
 bench:
-	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|DaemonBoot|MQTTIngress' -benchtime $(BENCHTIME) -timeout 30m ./storage/... ./cmd/openstarry/ ./transport/...
+	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|DaemonBoot|MQTTIngress|BrainTurn' -benchtime $(BENCHTIME) -timeout 30m ./storage/... ./cmd/openstarry/ ./transport/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

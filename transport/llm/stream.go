@@ -19,7 +19,7 @@ import (
 // piece is about one token), at most every interval.
 func DecodeStream(r io.Reader, onTokens func(int), interval time.Duration) (Completion, error) {
 	sc := bufio.NewScanner(io.LimitReader(r, maxResponseBytes))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	sc.Buffer(make([]byte, 4<<10), 1<<20)
 	var (
 		c       Completion
 		text    strings.Builder
