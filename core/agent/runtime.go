@@ -66,10 +66,13 @@ type Config struct {
 	Brain        Brain
 	SystemPrompt string
 	Tools        []string // names the brain may call; all must be registered
-	MaxMessages  int      // short_term_history bound in messages; default 200
-	MaxTokens    int      // approximate token bound (4 bytes a token); 0 = none
-	MaxSteps     int      // brain steps per task; default 8
-	MaxQueue     int      // queued events before Submit fails with ErrQueueFull; default 10,000
+	// ExtraTools are tools of this agent alone (from MCP servers), callable
+	// beside Tools; a name here hides a registered tool of the same name.
+	ExtraTools   []tool.Tool
+	MaxMessages  int // short_term_history bound in messages; default 200
+	MaxTokens    int // approximate token bound (4 bytes a token); 0 = none
+	MaxSteps     int // brain steps per task; default 8
+	MaxQueue     int // queued events before Submit fails with ErrQueueFull; default 10,000
 	ToolTimeout  time.Duration
 	ArtifactsDir string
 	// Vars are set into working_variables at every start (the template's

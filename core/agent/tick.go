@@ -213,7 +213,7 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
 		return res, false
 	}
-	t, err := tool.Lookup(call.Tool)
+	t, err := r.lookup(call.Tool)
 	if err != nil {
 		res.Error = err.Error()
 		return res, false
@@ -264,7 +264,22 @@ func (r *Runtime) allowed(name string) bool {
 			return true
 		}
 	}
+	for _, t := range r.cfg.ExtraTools {
+		if t.Name == name {
+			return true
+		}
+	}
 	return false
+}
+
+// lookup finds a tool among the agent's own tools, then the registry.
+func (r *Runtime) lookup(name string) (tool.Tool, error) {
+	for _, t := range r.cfg.ExtraTools {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return tool.Lookup(name)
 }
 
 func (r *Runtime) toolSpecs() []ToolSpec {
@@ -273,6 +288,9 @@ func (r *Runtime) toolSpecs() []ToolSpec {
 		if t, err := tool.Lookup(n); err == nil {
 			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 		}
+	}
+	for _, t := range r.cfg.ExtraTools {
+		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 	}
 	return specs
 }

@@ -46,6 +46,7 @@ const (
 	RuleUnknownTool     = "unknown_tool"      // a tool the tool registry does not have
 	RuleWorkersOnWorker = "workers_on_worker" // only a master names workers
 	RuleNoAllowlist     = "no_allowlist"      // http_get listed without an http_allowlist
+	RuleMCPServer       = "mcp_server"        // an MCP server without exactly one of command and url, or a duplicate name
 	RuleMissingWorker   = "missing_worker"    // a master names a worker template the set does not hold
 	RuleNotAWorker      = "not_a_worker"      // a master names a template whose role is not worker
 	RuleDuplicateName   = "duplicate_name"    // two files define the same name

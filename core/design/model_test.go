@@ -14,11 +14,16 @@ func TestModelTemplateFields(t *testing.T) {
 		name, body, path, rule string
 	}{
 		{"full", `"brain":{"provider":"openai","base_url":"http://127.0.0.1:11434/v1","model":"q","api_key_env":"KEY","max_retries":2,"stream":true},
-			"tools":["file_read","file_write","http_get"],"unknown_outcome":"approval","http_allowlist":["http://127.0.0.1:8080/api/"]}`, "", ""},
+			"tools":["file_read","file_write","http_get"],"unknown_outcome":"approval","http_allowlist":["http://127.0.0.1:8080/api/"],
+			"mcp_servers":[{"name":"notes","command":["/usr/bin/notes-mcp","--stdio"],"env":{"NOTES_DIR":"/srv/notes"}},{"name":"web","url":"http://127.0.0.1:9000/mcp","timeout_ms":5000}]}`, "", ""},
 		{"bad unknown_outcome", `"brain":{"provider":"echo"},"tools":[],"unknown_outcome":"retry"}`, "/unknown_outcome", "enum"},
 		{"http_get without allowlist", `"brain":{"provider":"echo"},"tools":["http_get"]}`, "/tools/0", RuleNoAllowlist},
 		{"allowlist not a URL", `"brain":{"provider":"echo"},"tools":["http_get"],"http_allowlist":["ftp://x/"]}`, "/http_allowlist/0", "pattern"},
 		{"stream not boolean", `"brain":{"provider":"openai","base_url":"http://h/v1","model":"q","stream":"yes"},"tools":[]}`, "/brain/stream", "type"},
+		{"mcp server with command and url", `"brain":{"provider":"echo"},"tools":[],"mcp_servers":[{"name":"a","command":["x"],"url":"http://h/mcp"}]}`, "/mcp_servers/0", RuleMCPServer},
+		{"mcp server with neither", `"brain":{"provider":"echo"},"tools":[],"mcp_servers":[{"name":"a"}]}`, "/mcp_servers/0", RuleMCPServer},
+		{"mcp servers with one name", `"brain":{"provider":"echo"},"tools":[],"mcp_servers":[{"name":"a","url":"http://h/mcp"},{"name":"a","url":"http://h/mcp"}]}`, "/mcp_servers/1/name", RuleMCPServer},
+		{"mcp env not text", `"brain":{"provider":"echo"},"tools":[],"mcp_servers":[{"name":"a","command":["x"],"env":{"K":1}}]}`, "/mcp_servers/0/env/K", "type"},
 		{"max_retries zero", `"brain":{"provider":"openai","base_url":"http://h/v1","model":"q","max_retries":0},"tools":[]}`, "/brain/max_retries", "minimum"},
 	}
 	for _, tc := range cases {

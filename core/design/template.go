@@ -37,6 +37,19 @@ type Template struct {
 	UnknownOutcome string `json:"unknown_outcome,omitempty"`
 	// HTTPAllowlist lists the URL prefixes the http_get tool may fetch.
 	HTTPAllowlist []string `json:"http_allowlist,omitempty"`
+	// MCPServers are Model Context Protocol servers whose tools the brain
+	// may call, as "{name}__{tool}".
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
+}
+
+// MCPServer is one Model Context Protocol server: a command started as a
+// child over stdio, or a streamable-HTTP URL (exactly one of the two).
+type MCPServer struct {
+	Name      string            `json:"name"`
+	Command   []string          `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"` // added to the command's environment
+	URL       string            `json:"url,omitempty"`
+	TimeoutMs int               `json:"timeout_ms,omitempty"` // per call; 0 means the tool timeout
 }
 
 // The values of Template.UnknownOutcome.

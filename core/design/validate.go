@@ -118,6 +118,32 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 				Message: fmt.Sprintf("tool %q is not in the tool registry", name)})
 		}
 	}
+	if servers, ok := obj["mcp_servers"].([]any); ok {
+		seen := map[string]bool{}
+		for i, x := range servers {
+			srv, ok := x.(map[string]any)
+			if !ok {
+				continue
+			}
+			_, cmd := srv["command"]
+			_, url := srv["url"]
+			if cmd == url {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d", i), Rule: RuleMCPServer,
+					Message: "an MCP server has exactly one of command and url"})
+			}
+			if _, env := srv["env"]; env && !cmd {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d/env", i), Rule: RuleMCPServer,
+					Message: "env is for a command"})
+			}
+			if name, _ := srv["name"].(string); name != "" {
+				if seen[name] {
+					errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d/name", i), Rule: RuleMCPServer,
+						Message: fmt.Sprintf("two MCP servers are named %q", name)})
+				}
+				seen[name] = true
+			}
+		}
+	}
 	if role, _ := obj["role"].(string); role == RoleWorker {
 		if ws, ok := obj["workers"].([]any); ok && len(ws) > 0 {
 			errs = append(errs, ValidationError{File: file, Path: "/workers", Rule: RuleWorkersOnWorker,
