@@ -10,5 +10,6 @@ package main
 import (
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
+	_ "github.com/openstarry/openstarry-edge/transport/llm"
 	_ "github.com/openstarry/openstarry-edge/transport/webhook"
 )

@@ -55,7 +55,7 @@ func TestTemplatesValidateBroken(t *testing.T) {
 func TestTemplatesValidateShipped(t *testing.T) {
 	dir := filepath.Join("..", "..", "configs", "templates")
 	out, stderr, code := runCmd(t, newTemplatesCmd(), "validate", dir)
-	if code != 0 || out != "3 templates valid\n" {
+	if code != 0 || out != "4 templates valid\n" {
 		t.Fatalf("exit %d: %s%s", code, out, stderr)
 	}
 	out, _, code = runCmd(t, newTemplatesCmd(), "validate", filepath.Join(dir, "master.json"), filepath.Join(dir, "worker.json"))

@@ -68,10 +68,13 @@ type Config struct {
 	Brain        Brain
 	SystemPrompt string
 	Tools        []string // names the brain may call; all must be registered
-	MaxMessages  int      // short_term_history bound in messages; default 200
-	MaxTokens    int      // approximate token bound (4 bytes a token); 0 = none
-	MaxSteps     int      // brain steps per task; default 8
-	MaxQueue     int      // queued events before Submit fails with ErrQueueFull; default 10,000
+	// ExtraTools are tools of this agent alone (from MCP servers), callable
+	// beside Tools; a name here hides a registered tool of the same name.
+	ExtraTools   []tool.Tool
+	MaxMessages  int // short_term_history bound in messages; default 200
+	MaxTokens    int // approximate token bound (4 bytes a token); 0 = none
+	MaxSteps     int // brain steps per task; default 8
+	MaxQueue     int // queued events before Submit fails with ErrQueueFull; default 10,000
 	ToolTimeout  time.Duration
 	ArtifactsDir string
 	// Vars are set into working_variables at every start (the template's
@@ -87,6 +90,19 @@ type Config struct {
 
 	// RecentIDs bounds recent_event_ids; default 1024.
 	RecentIDs int
+
+	// UnknownOutcome says what becomes of a task whose non-idempotent
+	// tool was interrupted by a crash: UnknownEndTask (default) or
+	// UnknownApproval end it as unknown_outcome; UnknownAskModel hands the
+	// brain a tool result saying the outcome is unknown and lets it decide.
+	UnknownOutcome string
+	// RetryMin and RetryMax bound the wait between attempts while the
+	// model server is unreachable; defaults 1s and 1m. The wait doubles
+	// from RetryMin, with jitter.
+	RetryMin, RetryMax time.Duration
+	// SummaryTimeout bounds the brain's summary of the messages leaving
+	// the context window; default 2m.
+	SummaryTimeout time.Duration
 
 	// Test hooks, called on the runtime's goroutine around every Save.
 	BeforeSave func(s *Snapshot)
@@ -112,7 +128,26 @@ func (c *Config) setDefaults() {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
+	if c.SummaryTimeout <= 0 {
+		c.SummaryTimeout = 2 * time.Minute
+	}
+	if c.UnknownOutcome == "" {
+		c.UnknownOutcome = UnknownEndTask
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = max(time.Minute, c.RetryMin)
+	}
 }
+
+// What becomes of an interrupted non-idempotent tool (Config.UnknownOutcome).
+const (
+	UnknownEndTask  = "end_task"  // the task ends unknown_outcome
+	UnknownAskModel = "ask_model" // the brain sees "outcome unknown" as the tool's result
+	UnknownApproval = "approval"  // an operator decides; the task ends unknown_outcome
+)
 
 // Runtime runs one agent: one goroutine owns the snapshot and performs every
 // change and every Save; the brain and the tools of a tick run on a second
@@ -140,6 +175,7 @@ type Runtime struct {
 	known      map[string]struct{} // ids in RecentEventIDs
 	handed     uint64              // results with Seq below this were handed to Outbox
 	histBytes  int
+	summary    *modelSummary // the outcome's summary while finish applies it
 	stopping   bool
 	acks       []*submission
 	intentAcks []*intent
@@ -164,16 +200,33 @@ type SubmitResult struct {
 	Err       error
 }
 
+// intent asks the runtime to save a tick's progress, and for a
+// non-idempotent tool about to run its pending action, before going on.
 type intent struct {
-	action PendingAction
-	reply  chan error
+	turn      *TurnLog
+	action    PendingAction
+	hasAction bool
+	refused   bool // saved, but the tool must not start (stopping)
+	reply     chan error
 }
 
 type outcome struct {
 	ev       Event
 	result   Result
 	messages []Message
-	aborted  bool // stopped before a non-idempotent tool: redo after restart
+	aborted  bool  // stopped before a tool or while waiting for the model: resume after restart
+	usage    Usage // tokens the task's brain requests cost
+	// summary, when not nil, is the brain's summary of the messages this
+	// outcome pushes out of the window.
+	summary *modelSummary
+}
+
+// modelSummary is a brain's summary covering the oldest `covers` messages
+// of the window, or why there is none (note).
+type modelSummary struct {
+	text   string
+	covers int
+	note   string
 }
 
 // Start hydrates the agent from its store and starts its goroutine. It
@@ -264,7 +317,11 @@ func (r *Runtime) hydrate(ctx context.Context) error {
 		if err := s.Transition(StatusRecovering); err != nil {
 			return err
 		}
-		r.resolvePending()
+		if r.cfg.UnknownOutcome == UnknownAskModel && r.pendingToResult() {
+			// The task stays queued and resumes with the brain.
+		} else {
+			r.resolvePending()
+		}
 	}
 	if err := s.Transition(StatusWaitingForEvent); err != nil {
 		return err
@@ -306,6 +363,45 @@ func (r *Runtime) resolvePending() {
 		result:   Result{TaskID: p.TaskID, Status: ResultUnknownOutcome, Output: out, Error: msg, Source: ev.Source},
 		messages: []Message{{Role: "assistant", Content: "unknown outcome: " + msg, TaskID: p.TaskID}},
 	})
+}
+
+// pendingToResult turns an interrupted non-idempotent call into a tool
+// result saying its outcome is unknown, in the saved progress of its task,
+// so that the brain sees it at its next step. The calls after it in the same
+// reply are not run: they may depend on it. It returns false when there is
+// no saved progress to put it in.
+func (r *Runtime) pendingToResult() bool {
+	s := r.snap
+	p := s.PendingAction
+	l := s.Turn
+	if l == nil || l.EventID != p.EventID || len(l.Steps) == 0 ||
+		len(s.EventQueueBackup) == 0 || s.EventQueueBackup[0].ID != p.EventID {
+		return false
+	}
+	st := &l.Steps[len(l.Steps)-1]
+	i := len(st.Results)
+	if i >= len(st.Calls) || st.Calls[i].Tool != p.Tool {
+		return false
+	}
+	s.PendingAction = nil
+	st.Results = append(st.Results, ToolResult{CallID: st.Calls[i].ID, Tool: p.Tool,
+		Error: UnknownOutcomeMessage(p.Tool)})
+	for _, c := range st.Calls[i+1:] {
+		st.Results = append(st.Results, ToolResult{CallID: c.ID, Tool: c.Tool,
+			Error: "not run: an earlier call of the same reply has an unknown outcome"})
+	}
+	vars := s.Memory.WorkingVariables
+	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
+	r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).
+		Msg("interrupted non-idempotent tool: the model is told its outcome is unknown")
+	return true
+}
+
+// UnknownOutcomeMessage is the tool result the brain sees for a call of tool
+// that was interrupted by a crash.
+func UnknownOutcomeMessage(tool string) string {
+	return "outcome unknown: the agent stopped while " + tool + " was running, so it may or may not have " +
+		"taken effect; it is not run again by itself. Check before retrying."
 }
 
 // Submit queues an event and returns once it is durable (or was a
@@ -579,14 +675,26 @@ func (r *Runtime) handleConfirm(seq uint64) {
 
 func (r *Runtime) handleIntent(in *intent) {
 	if r.stopping {
-		// Do not start a non-idempotent tool while stopping: the tick is
-		// abandoned and redone after the restart.
-		in.reply <- ErrStopping
-		return
+		// Do not start a tool while stopping: the tick is abandoned and
+		// resumes after the restart. The brain's reply is still saved, so
+		// the brain is not asked again.
+		if in.hasAction {
+			in.reply <- ErrStopping
+			return
+		}
+		in.refused = true
 	}
-	p := in.action
-	r.snap.PendingAction = &p
-	_ = r.snap.Transition(StatusRunningTool)
+	r.snap.Turn = in.turn
+	if in.hasAction {
+		p := in.action
+		r.snap.PendingAction = &p
+		_ = r.snap.Transition(StatusRunningTool)
+	} else if r.snap.PendingAction != nil {
+		// A new reply: the tool of the last pending action finished and its
+		// result is in the turn.
+		r.snap.PendingAction = nil
+		_ = r.snap.Transition(StatusThinking)
+	}
 	r.dirty = true
 	r.intentAcks = append(r.intentAcks, in)
 }
@@ -615,12 +723,21 @@ func (r *Runtime) finish(out *outcome) {
 		s.QueueSeq++
 	}
 	s.PendingAction = nil
+	s.Turn = nil
 	s.TickIndex++
 	for _, m := range out.messages {
 		s.Memory.ShortTermHistory = append(s.Memory.ShortTermHistory, m)
 		r.histBytes += len(m.Content)
 	}
+	r.summary = out.summary
 	r.enforceBudget()
+	r.summary = nil
+	if out.usage != (Usage{}) {
+		vars := s.Memory.WorkingVariables
+		vars["tokens_prompt"] = numberVar(vars["tokens_prompt"]) + out.usage.PromptTokens
+		vars["tokens_completion"] = numberVar(vars["tokens_completion"]) + out.usage.CompletionTokens
+		vars["last_task_tokens"] = out.usage.PromptTokens + out.usage.CompletionTokens
+	}
 	res := out.result
 	if s.NextResultSeq == 0 {
 		// Sequence numbers start at 1: stores keep "the highest seq
@@ -664,7 +781,7 @@ func (r *Runtime) enforceBudget() {
 	h := s.Memory.ShortTermHistory
 	drop := 0
 	bytes := r.histBytes
-	for len(h)-drop > r.cfg.MaxMessages || (r.cfg.MaxTokens > 0 && bytes/4 > r.cfg.MaxTokens && len(h)-drop > 1) {
+	for r.overBudget(len(h)-drop, bytes) {
 		bytes -= len(h[drop].Content)
 		drop++
 	}
@@ -672,8 +789,17 @@ func (r *Runtime) enforceBudget() {
 		return
 	}
 	vars := s.Memory.WorkingVariables
-	summary, _ := vars["history_summary"].(string)
-	vars["history_summary"] = foldSummary(summary, h[:drop])
+	if ms := r.summary; ms != nil && ms.note == "" && ms.covers == drop {
+		// The brain summarised exactly what leaves the window.
+		vars["history_summary"] = ms.text
+		delete(vars, "history_summary_note")
+	} else {
+		summary, _ := vars["history_summary"].(string)
+		vars["history_summary"] = foldSummary(summary, h[:drop])
+		if ms != nil && ms.note != "" {
+			vars["history_summary_note"] = ms.note
+		}
+	}
 	vars["history_dropped"] = numberVar(vars["history_dropped"]) + int64(drop)
 	s.Memory.ShortTermHistory = h[drop:]
 	s.HistorySeq += uint64(drop)
@@ -716,6 +842,12 @@ func foldSummary(old string, dropped []Message) string {
 		sum = sum[1:]
 	}
 	return sum
+}
+
+// overBudget reports whether a window of n messages holding bytes bytes of
+// content is larger than the context budget.
+func (r *Runtime) overBudget(n, bytes int) bool {
+	return n > r.cfg.MaxMessages || (r.cfg.MaxTokens > 0 && bytes/4 > r.cfg.MaxTokens && n > 1)
 }
 
 // summarize folds one message that left the window into a line of the
@@ -777,7 +909,11 @@ func (r *Runtime) afterSave() {
 	}
 	r.acks = r.acks[:0]
 	for _, in := range r.intentAcks {
-		in.reply <- nil
+		if in.refused {
+			in.reply <- ErrStopping
+		} else {
+			in.reply <- nil
+		}
 	}
 	r.intentAcks = r.intentAcks[:0]
 
@@ -879,7 +1015,12 @@ func (r *Runtime) maybeStartTick() {
 	// outcome: no element changes meanwhile, and a clipped slice makes any
 	// append go to a new array, so the window is shared, not copied.
 	h := s.Memory.ShortTermHistory
-	go r.tick(ev, h[:len(h):len(h)])
+	in := tickInput{ev: ev, history: h[:len(h):len(h)], histBytes: r.histBytes}
+	in.memory, _ = s.Memory.WorkingVariables["history_summary"].(string)
+	if s.Turn != nil && s.Turn.EventID == ev.ID {
+		in.turn = s.Turn.Clone()
+	}
+	go r.tick(in)
 }
 
 // ID returns the agent id.

@@ -25,11 +25,16 @@ type Snapshot struct {
 	Memory           Memory  `json:"memory"`
 	EventQueueBackup []Event `json:"event_queue_backup"`
 
-	SchemaVersion  int            `json:"schema_version,omitempty"`
-	SessionID      string         `json:"session_id,omitempty"`
-	Outbox         []Result       `json:"outbox,omitempty"`
-	PendingAction  *PendingAction `json:"pending_action,omitempty"`
-	RecentEventIDs []string       `json:"recent_event_ids,omitempty"`
+	SchemaVersion int            `json:"schema_version,omitempty"`
+	SessionID     string         `json:"session_id,omitempty"`
+	Outbox        []Result       `json:"outbox,omitempty"`
+	PendingAction *PendingAction `json:"pending_action,omitempty"`
+	// Turn is the saved progress of the task at the head of the queue:
+	// every brain reply so far and the results of the calls that ran.
+	// It is saved before any tool of a reply runs, so that after a crash
+	// the brain is not asked the same question again.
+	Turn           *TurnLog `json:"turn,omitempty"`
+	RecentEventIDs []string `json:"recent_event_ids,omitempty"`
 	// NextResultSeq is the sequence number the next Result will carry;
 	// results are numbered from 1.
 	NextResultSeq uint64 `json:"next_result_seq,omitempty"`
@@ -130,8 +135,39 @@ type PendingAction struct {
 	StartedAt int64           `json:"started_at"`          // Unix ms
 }
 
+// TurnLog is the progress of one task between the brain's first reply and
+// the task's end.
+type TurnLog struct {
+	EventID string     `json:"event_id"`
+	TaskID  string     `json:"task_id,omitempty"`
+	Steps   []TurnStep `json:"steps"`
+	Usage   Usage      `json:"usage,omitempty"` // tokens spent on this task so far
+}
+
+// TurnStep is one brain reply that called tools, and the results of those
+// calls in order; a result is missing for each call that has not run yet.
+type TurnStep struct {
+	Calls   []Call       `json:"calls"`
+	Results []ToolResult `json:"results,omitempty"`
+}
+
+// Clone returns a copy of l that shares no slice with it.
+func (l *TurnLog) Clone() *TurnLog {
+	if l == nil {
+		return nil
+	}
+	c := *l
+	c.Steps = make([]TurnStep, len(l.Steps))
+	for i, st := range l.Steps {
+		c.Steps[i] = TurnStep{Calls: append([]Call(nil), st.Calls...), Results: append([]ToolResult(nil), st.Results...)}
+	}
+	return &c
+}
+
 // ToolResult is the outcome of one tool call.
 type ToolResult struct {
+	// CallID is the brain's id of the call (Call.ID), when it gave one.
+	CallID string          `json:"call_id,omitempty"`
 	Tool   string          `json:"tool"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
@@ -197,6 +233,9 @@ func (s *Snapshot) Validate() error {
 	if s.PendingAction != nil && s.PendingAction.Tool == "" {
 		return fmt.Errorf("%w: pending_action without a tool", ErrInvalidSnapshot)
 	}
+	if s.Turn != nil && s.Turn.EventID == "" {
+		return fmt.Errorf("%w: turn without an event_id", ErrInvalidSnapshot)
+	}
 	return nil
 }
 
@@ -229,6 +268,7 @@ func (s *Snapshot) Clone() *Snapshot {
 		p.Completed = append([]ToolResult(nil), s.PendingAction.Completed...)
 		c.PendingAction = &p
 	}
+	c.Turn = s.Turn.Clone()
 	return &c
 }
 

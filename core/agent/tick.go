@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 	"unicode/utf8"
 
@@ -14,14 +16,29 @@ import (
 // maxMessageBytes bounds one history message; longer content is cut.
 const maxMessageBytes = 16 << 10
 
+// tickInput is what the runtime hands a tick: the event, a read-only view
+// of the window, and the saved progress of the task when an earlier process
+// got part of the way.
+type tickInput struct {
+	ev        Event
+	history   []Message
+	histBytes int      // bytes of history's contents
+	memory    string   // working_variables.history_summary
+	turn      *TurnLog // nil, or this event's saved progress (a copy)
+}
+
 // tick runs one event through the brain and the tools, off the runtime's
 // goroutine, and hands the outcome back. It never touches r.snap.
-func (r *Runtime) tick(ev Event, history []Message) {
-	out := r.think(ev, history)
+func (r *Runtime) tick(in tickInput) {
+	out := r.think(in)
+	if !out.aborted {
+		r.summarizeOverflow(in, out)
+	}
 	r.doneCh <- out
 }
 
-func (r *Runtime) think(ev Event, history []Message) *outcome {
+func (r *Runtime) think(in tickInput) *outcome {
+	ev := in.ev
 	out := &outcome{ev: ev}
 	if ev.Type != "task" {
 		out.result = Result{TaskID: ev.ID, Status: ResultFailed, Source: ev.Source,
@@ -38,76 +55,177 @@ func (r *Runtime) think(ev Event, history []Message) *outcome {
 		task.Input = json.RawMessage("null")
 	}
 	out.result = Result{TaskID: task.TaskID, Source: ev.Source}
-	out.messages = append(out.messages, Message{Role: "user", Content: clip(inputText(task.Input)), TaskID: task.TaskID})
+	log := &TurnLog{EventID: ev.ID, TaskID: task.TaskID}
+	if in.turn != nil && in.turn.EventID == ev.ID {
+		log = in.turn
+	}
+	// The history of the task is written from the log at the end, so that
+	// a task resumed after a crash records its earlier steps too.
+	end := func(final Message) *outcome {
+		out.messages = append(out.messages, Message{Role: "user", Content: clip(inputText(task.Input)), TaskID: task.TaskID})
+		for _, st := range log.Steps {
+			for _, res := range st.Results {
+				out.messages = append(out.messages, Message{Role: "tool", Name: res.Tool, Content: clip(toolText(res)), TaskID: task.TaskID})
+			}
+		}
+		final.TaskID = task.TaskID
+		out.messages = append(out.messages, final)
+		out.usage = log.Usage
+		return out
+	}
 	fail := func(msg string) *outcome {
 		out.result.Status = ResultFailed
 		out.result.Error = msg
-		out.messages = append(out.messages, Message{Role: "assistant", Content: clip("error: " + msg), TaskID: task.TaskID})
-		return out
+		return end(Message{Role: "assistant", Content: clip("error: " + msg)})
 	}
+	var deadline time.Time
 	if task.Deadline != "" {
-		if d, err := time.Parse(time.RFC3339, task.Deadline); err == nil && r.cfg.Now().After(d) {
-			return fail("deadline " + task.Deadline + " passed before the task started")
+		if d, err := time.Parse(time.RFC3339, task.Deadline); err == nil {
+			deadline = d
+			if r.cfg.Now().After(d) {
+				return fail("deadline " + task.Deadline + " passed before the task started")
+			}
 		}
 	}
 
 	ctx := context.Background()
-	specs := r.toolSpecs()
-	turn := Turn{AgentID: r.cfg.AgentID, SystemPrompt: r.cfg.SystemPrompt, History: history, Task: task, Tools: specs}
 	var results []ToolResult
-	for step := 0; step < r.cfg.MaxSteps; step++ {
+	for _, st := range log.Steps {
+		results = append(results, st.Results...)
+	}
+	// A reply saved by an earlier process whose calls did not all run:
+	// run the rest without asking the brain again.
+	if n := len(log.Steps); n > 0 && len(log.Steps[n-1].Results) < len(log.Steps[n-1].Calls) {
+		if r.runCalls(ctx, ev, task.TaskID, log, &results) {
+			out.aborted = true
+			return out
+		}
+	}
+	turn := Turn{AgentID: r.cfg.AgentID, SystemPrompt: r.cfg.SystemPrompt, History: in.history,
+		Memory: in.memory, Task: task, Tools: r.toolSpecs()}
+	for step := len(log.Steps); step < r.cfg.MaxSteps; step++ {
 		turn.Step = step
 		turn.Results = results
+		turn.Steps = log.Steps
 		r.progress(task.TaskID, step, "thinking")
-		reply, err := r.cfg.Brain.Think(ctx, turn)
+		turn.OnTokens = r.tokenProgress(task.TaskID, step)
+		reply, aborted, err := r.ask(ctx, task.TaskID, deadline, turn)
+		if aborted {
+			out.aborted = true
+			return out
+		}
 		if err != nil {
 			return fail("brain: " + err.Error())
 		}
+		log.Usage = log.Usage.Add(reply.Usage)
 		if len(reply.Calls) == 0 {
 			out.result.Status = ResultDone
 			out.result.Output = reply.Output
 			if len(out.result.Output) == 0 {
 				out.result.Output = json.RawMessage("null")
 			}
-			out.messages = append(out.messages, Message{Role: "assistant", Content: clip(inputText(out.result.Output)), TaskID: task.TaskID})
 			r.progress(task.TaskID, 100, "done")
+			return end(Message{Role: "assistant", Content: clip(inputText(out.result.Output))})
+		}
+		// The reply is durable before any of its calls runs: a crash from
+		// here on resumes with these calls, not with a new question.
+		log.Steps = append(log.Steps, TurnStep{Calls: reply.Calls})
+		if r.checkpoint(ev, log, nil) != nil {
+			out.aborted = true
 			return out
 		}
-		for _, call := range reply.Calls {
-			r.progress(task.TaskID, step, "tool:"+call.Tool)
-			res, aborted := r.runTool(ctx, ev, task.TaskID, len(results), call, results)
-			if aborted {
-				out.aborted = true
-				return out
-			}
-			results = append(results, res)
-			out.messages = append(out.messages, Message{Role: "tool", Name: call.Tool, Content: clip(toolText(res)), TaskID: task.TaskID})
+		if r.runCalls(ctx, ev, task.TaskID, log, &results) {
+			out.aborted = true
+			return out
 		}
 	}
 	return fail(fmt.Sprintf("no answer after %d steps (limits.max_steps)", r.cfg.MaxSteps))
 }
 
+// runCalls runs the calls of the log's last step that have no result yet,
+// appending each result to the step and to results. It returns true when
+// the runtime refused to let a tool start (stopping).
+func (r *Runtime) runCalls(ctx context.Context, ev Event, taskID string, log *TurnLog, results *[]ToolResult) (aborted bool) {
+	st := &log.Steps[len(log.Steps)-1]
+	for i := len(st.Results); i < len(st.Calls); i++ {
+		call := st.Calls[i]
+		r.progress(taskID, len(log.Steps)-1, "tool:"+call.Tool)
+		res, aborted := r.runTool(ctx, ev, taskID, len(*results), call, *results, log)
+		if aborted {
+			return true
+		}
+		st.Results = append(st.Results, res)
+		*results = append(*results, res)
+	}
+	return false
+}
+
+// checkpoint saves the task's progress (and, for a non-idempotent tool
+// about to run, its pending action) and returns once it is durable. An
+// error means the runtime is stopping: the tool must not start.
+func (r *Runtime) checkpoint(ev Event, log *TurnLog, action *PendingAction) error {
+	in := &intent{turn: log.Clone(), reply: make(chan error, 1)}
+	if action != nil {
+		in.action = *action
+		in.hasAction = true
+	}
+	r.intentCh <- in
+	return <-in.reply
+}
+
+// ask asks the brain, and while the model server cannot be reached keeps
+// the task waiting and asks again with backoff, until the runtime stops
+// (aborted) or the task's deadline passes.
+func (r *Runtime) ask(ctx context.Context, taskID string, deadline time.Time, turn Turn) (Reply, bool, error) {
+	wait := r.cfg.RetryMin
+	for attempt := 1; ; attempt++ {
+		reply, err := r.cfg.Brain.Think(ctx, turn)
+		if err == nil || !errors.Is(err, ErrBrainUnavailable) {
+			return reply, false, err
+		}
+		if !deadline.IsZero() && r.cfg.Now().Add(wait).After(deadline) {
+			return Reply{}, false, fmt.Errorf("%w; the task's deadline passes before the next attempt", err)
+		}
+		r.log.Warn().Err(err).Str("task", taskID).Int("attempt", attempt).Dur("retry_in", wait).
+			Msg("model server unreachable: the task waits and asks again")
+		r.progress(taskID, turn.Step, "waiting for model")
+		t := time.NewTimer(jitter(wait))
+		select {
+		case <-t.C:
+		case <-r.stopCh:
+			t.Stop()
+			return Reply{}, true, nil
+		}
+		wait = min(wait*2, r.cfg.RetryMax)
+	}
+}
+
+// jitter returns d scaled by a random factor in [0.5, 1.5).
+func jitter(d time.Duration) time.Duration {
+	return d/2 + time.Duration(rand.Int64N(int64(d)+1))
+}
+
 // runTool runs one call. A non-idempotent tool runs only after its intent is
 // durable; aborted is true when the runtime refused the intent (stopping).
-func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int, call Call, done []ToolResult) (ToolResult, bool) {
-	res := ToolResult{Tool: call.Tool}
+func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int, call Call, done []ToolResult, log *TurnLog) (ToolResult, bool) {
+	res := ToolResult{Tool: call.Tool, CallID: call.ID}
 	if !r.allowed(call.Tool) {
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
 		return res, false
 	}
-	t, err := tool.Lookup(call.Tool)
+	t, err := r.lookup(call.Tool)
 	if err != nil {
 		res.Error = err.Error()
 		return res, false
 	}
+	if err := argsObject(call.Args); err != nil {
+		res.Error = err.Error()
+		return res, false
+	}
 	if !t.Idempotent {
-		in := &intent{
-			action: PendingAction{EventID: ev.ID, TaskID: taskID, Step: step, Tool: call.Tool,
-				Args: call.Args, Completed: append([]ToolResult(nil), done...), StartedAt: r.nowMs()},
-			reply: make(chan error, 1),
-		}
-		r.intentCh <- in
-		if err := <-in.reply; err != nil {
+		action := &PendingAction{EventID: ev.ID, TaskID: taskID, Step: step, Tool: call.Tool,
+			Args: call.Args, Completed: append([]ToolResult(nil), done...), StartedAt: r.nowMs()}
+		if err := r.checkpoint(ev, log, action); err != nil {
 			return res, true
 		}
 	}
@@ -127,21 +245,52 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int
 	return res, false
 }
 
+// argsObject checks that a call's arguments are a JSON object (or absent):
+// a model may send anything, and the error goes back to it as the result.
+func argsObject(raw json.RawMessage) error {
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || string(trimmed) == "null" {
+		return nil
+	}
+	if trimmed[0] != '{' || !json.Valid(trimmed) {
+		return fmt.Errorf("bad arguments: want a JSON object, got %s", clipN(string(trimmed), 200))
+	}
+	return nil
+}
+
 func (r *Runtime) allowed(name string) bool {
 	for _, n := range r.cfg.Tools {
 		if n == name {
 			return true
 		}
 	}
+	for _, t := range r.cfg.ExtraTools {
+		if t.Name == name {
+			return true
+		}
+	}
 	return false
+}
+
+// lookup finds a tool among the agent's own tools, then the registry.
+func (r *Runtime) lookup(name string) (tool.Tool, error) {
+	for _, t := range r.cfg.ExtraTools {
+		if t.Name == name {
+			return t, nil
+		}
+	}
+	return tool.Lookup(name)
 }
 
 func (r *Runtime) toolSpecs() []ToolSpec {
 	specs := make([]ToolSpec, 0, len(r.cfg.Tools))
 	for _, n := range r.cfg.Tools {
 		if t, err := tool.Lookup(n); err == nil {
-			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent})
+			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 		}
+	}
+	for _, t := range r.cfg.ExtraTools {
+		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 	}
 	return specs
 }
@@ -174,13 +323,72 @@ func toolText(res ToolResult) string {
 	return string(res.Output)
 }
 
-func clip(s string) string {
-	if len(s) <= maxMessageBytes {
+func clip(s string) string { return clipN(s, maxMessageBytes) }
+
+func clipN(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := maxMessageBytes
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
 	return fmt.Sprintf("%s…[%d bytes cut]", s[:cut], len(s)-cut)
+}
+
+// maxModelSummary bounds the summary a brain writes into working memory.
+const maxModelSummary = 4096
+
+// summarizeOverflow asks a brain that can summarise to fold the messages this
+// outcome pushes out of the context window into the running summary. When the
+// brain fails (its model unreachable), the outcome carries a note instead and
+// the kernel's clipped lines stand in for the summary.
+func (r *Runtime) summarizeOverflow(in tickInput, out *outcome) {
+	sum, ok := r.cfg.Brain.(Summarizer)
+	if !ok {
+		return
+	}
+	n := len(in.history) + len(out.messages)
+	at := func(i int) Message {
+		if i < len(in.history) {
+			return in.history[i]
+		}
+		return out.messages[i-len(in.history)]
+	}
+	bytes := in.histBytes
+	for _, m := range out.messages {
+		bytes += len(m.Content)
+	}
+	drop := 0
+	for r.overBudget(n-drop, bytes) {
+		bytes -= len(at(drop).Content)
+		drop++
+	}
+	if drop == 0 {
+		return
+	}
+	dropped := make([]Message, drop)
+	for i := range dropped {
+		dropped[i] = at(i)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.cfg.SummaryTimeout)
+	defer cancel()
+	text, err := sum.Summarize(ctx, in.memory, dropped)
+	if err != nil {
+		r.log.Warn().Err(err).Int("messages", drop).Msg("no model summary of the messages leaving the context window; they are truncated with a note")
+		out.summary = &modelSummary{covers: drop, note: fmt.Sprintf("%d messages left the window without a model summary (%v); the summary holds their first words",
+			drop, clipN(err.Error(), 200))}
+		return
+	}
+	out.summary = &modelSummary{text: clipN(text, maxModelSummary), covers: drop}
+}
+
+// tokenProgress returns the Turn.OnTokens of one step, or nil when nobody
+// listens to progress.
+func (r *Runtime) tokenProgress(taskID string, step int) func(int) {
+	if r.cfg.OnProgress == nil {
+		return nil
+	}
+	pct := step * 100 / (r.cfg.MaxSteps + 1)
+	return func(n int) { r.cfg.OnProgress(taskID, pct, fmt.Sprintf("thinking: %d tokens", n)) }
 }

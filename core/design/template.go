@@ -34,6 +34,17 @@ type Template struct {
 	// Ephemeral (workers only): the worker's snapshot is deleted once the
 	// result of its last task has reached the agent that spawned it.
 	Ephemeral bool `json:"ephemeral,omitempty"`
+	// UnknownOutcome says what becomes of a task whose non-idempotent tool
+	// was interrupted by a crash: "end_task" (the task ends
+	// unknown_outcome), "ask_model" (the model is told the outcome is
+	// unknown and decides) or "approval" (an operator decides). Empty
+	// means ask_model for the openai brain and end_task otherwise.
+	UnknownOutcome string `json:"unknown_outcome,omitempty"`
+	// HTTPAllowlist lists the URL prefixes the http_get tool may fetch.
+	HTTPAllowlist []string `json:"http_allowlist,omitempty"`
+	// MCPServers are Model Context Protocol servers whose tools the brain
+	// may call, as "{name}__{tool}".
+	MCPServers []MCPServer `json:"mcp_servers,omitempty"`
 }
 
 // Listener is an event source the agent starts after hydration. Kind names
@@ -45,6 +56,35 @@ type Listener struct {
 	SecretEnv string `json:"secret_env,omitempty"` // webhook: environment variable holding the HMAC secret
 }
 
+// MCPServer is one Model Context Protocol server: a command started as a
+// child over stdio, or a streamable-HTTP URL (exactly one of the two).
+type MCPServer struct {
+	Name      string            `json:"name"`
+	Command   []string          `json:"command,omitempty"`
+	Env       map[string]string `json:"env,omitempty"` // added to the command's environment
+	URL       string            `json:"url,omitempty"`
+	TimeoutMs int               `json:"timeout_ms,omitempty"` // per call; 0 means the tool timeout
+}
+
+// The values of Template.UnknownOutcome.
+const (
+	UnknownEndTask  = "end_task"
+	UnknownAskModel = "ask_model"
+	UnknownApproval = "approval"
+)
+
+// UnknownOutcomeOrDefault returns t.UnknownOutcome, or its default for the
+// template's brain when empty.
+func (t *Template) UnknownOutcomeOrDefault() string {
+	if t.UnknownOutcome != "" {
+		return t.UnknownOutcome
+	}
+	if t.Brain.Provider == "openai" {
+		return UnknownAskModel
+	}
+	return UnknownEndTask
+}
+
 // Brain selects the model provider.
 type Brain struct {
 	Provider  string `json:"provider"`              // "echo" or "openai"
@@ -52,6 +92,12 @@ type Brain struct {
 	Model     string `json:"model,omitempty"`       // openai: model name
 	APIKeyEnv string `json:"api_key_env,omitempty"` // openai: environment variable holding the key
 	TimeoutMs int    `json:"timeout_ms,omitempty"`  // per request; 0 means 60,000
+	// MaxRetries is how many times a 429 or 5xx answer is retried; 0
+	// means 4.
+	MaxRetries int `json:"max_retries,omitempty"`
+	// Stream asks for the answer token by token, reported on the progress
+	// topic while it arrives.
+	Stream bool `json:"stream,omitempty"`
 }
 
 // ContextBudget bounds short_term_history. Messages past the budget fall out

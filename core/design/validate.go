@@ -16,12 +16,13 @@ import (
 const MaxTemplateBytes = 1 << 20
 
 // builtinTools are the tools accepted when Validator.KnownTool is nil.
-var builtinTools = []string{"file_append", "sleep_ms", "agent_manager", "approval_request", "approach_record",
+var builtinTools = []string{"file_append", "file_read", "file_write", "http_get", "sleep_ms", "agent_manager", "approval_request", "approach_record",
 	"memory_store", "memory_search", "memory_delete"}
 
 // BuiltinTools returns the tool names accepted when no tool registry is
-// given: file_append, sleep_ms, agent_manager, approval_request,
-// approach_record, memory_store, memory_search, memory_delete.
+// given: file_append, file_read, file_write, http_get, sleep_ms,
+// agent_manager, approval_request, approach_record, memory_store,
+// memory_search, memory_delete.
 func BuiltinTools() []string { return slices.Clone(builtinTools) }
 
 // Validator checks templates against template.schema.json and the rules a
@@ -105,7 +106,12 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 	}
 	var errs ValidationErrors
 	if tools, ok := obj["tools"].([]any); ok {
+		allow, _ := obj["http_allowlist"].([]any)
 		for i, x := range tools {
+			if x == "http_get" && len(allow) == 0 {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/tools/%d", i), Rule: RuleNoAllowlist,
+					Message: "http_get needs an http_allowlist naming the URL prefixes it may fetch"})
+			}
 			name, ok := x.(string)
 			if !ok || name == "" || v.knownTool(name) {
 				continue
@@ -128,6 +134,32 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 		if eph, _ := obj["ephemeral"].(bool); eph {
 			errs = append(errs, ValidationError{File: file, Path: "/ephemeral", Rule: RuleEphemeralMaster,
 				Message: "a master's state is never deleted automatically: only a worker can be ephemeral"})
+		}
+	}
+	if servers, ok := obj["mcp_servers"].([]any); ok {
+		seen := map[string]bool{}
+		for i, x := range servers {
+			srv, ok := x.(map[string]any)
+			if !ok {
+				continue
+			}
+			_, cmd := srv["command"]
+			_, url := srv["url"]
+			if cmd == url {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d", i), Rule: RuleMCPServer,
+					Message: "an MCP server has exactly one of command and url"})
+			}
+			if _, env := srv["env"]; env && !cmd {
+				errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d/env", i), Rule: RuleMCPServer,
+					Message: "env is for a command"})
+			}
+			if name, _ := srv["name"].(string); name != "" {
+				if seen[name] {
+					errs = append(errs, ValidationError{File: file, Path: fmt.Sprintf("/mcp_servers/%d/name", i), Rule: RuleMCPServer,
+						Message: fmt.Sprintf("two MCP servers are named %q", name)})
+				}
+				seen[name] = true
+			}
 		}
 	}
 	if role, _ := obj["role"].(string); role == RoleWorker {

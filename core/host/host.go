@@ -7,8 +7,12 @@ package host
 import (
 	"context"
 	"fmt"
+	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -37,6 +41,70 @@ type Agent struct {
 	Now        func() time.Time
 	BeforeSave func(*agent.Snapshot)
 	AfterSave  func(*agent.Snapshot)
+	// RetryMin and RetryMax bound the wait while the model server is
+	// unreachable (agent.Config); zero means the kernel's defaults.
+	RetryMin, RetryMax time.Duration
+}
+
+// ToolSource opens the tools of one MCP server for one agent; the closer
+// ends the connection (and the server's process) when the agent stops.
+type ToolSource func(ctx context.Context, srv design.MCPServer, env ToolSourceEnv) ([]tool.Tool, io.Closer, error)
+
+// ToolSourceEnv is what a ToolSource is given beside the server.
+type ToolSourceEnv struct {
+	AgentID     string
+	ToolTimeout time.Duration
+	Log         zerolog.Logger
+}
+
+var (
+	sourcesMu sync.RWMutex // guards mcpSource
+	mcpSource ToolSource
+)
+
+// RegisterMCP installs the MCP tool source (transport/mcp does, from init).
+func RegisterMCP(src ToolSource) {
+	sourcesMu.Lock()
+	defer sourcesMu.Unlock()
+	if mcpSource != nil {
+		panic("host: MCP tool source registered twice")
+	}
+	mcpSource = src
+}
+
+// openMCP connects to the template's MCP servers and returns their tools
+// and one closer for all of them.
+func openMCP(ctx context.Context, a Agent, timeout time.Duration) ([]tool.Tool, func(), error) {
+	t := a.Template
+	if len(t.MCPServers) == 0 {
+		return nil, func() {}, nil
+	}
+	sourcesMu.RLock()
+	src := mcpSource
+	sourcesMu.RUnlock()
+	if src == nil {
+		return nil, nil, fmt.Errorf("template %s names MCP servers, but this binary was built without MCP", t.Name)
+	}
+	var (
+		tools   []tool.Tool
+		closers []io.Closer
+	)
+	closeAll := func() {
+		for _, c := range closers {
+			_ = c.Close()
+		}
+	}
+	for _, srv := range t.MCPServers {
+		ts, c, err := src(ctx, srv, ToolSourceEnv{AgentID: a.ID, ToolTimeout: timeout,
+			Log: a.Log.With().Str("agent", a.ID).Str("mcp_server", srv.Name).Logger()})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("template %s: MCP server %s: %w", t.Name, srv.Name, err)
+		}
+		closers = append(closers, c)
+		tools = append(tools, ts...)
+	}
+	return tools, closeAll, nil
 }
 
 // ArtifactsDir is where an agent's file tools write.
@@ -76,17 +144,30 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	for k, v := range a.Vars {
 		vars[k] = v
 	}
+	if len(t.HTTPAllowlist) > 0 {
+		services = maps.Clone(services)
+		if services == nil {
+			services = map[string]any{}
+		}
+		services[tool.ServiceHTTPAllowlist] = slices.Clone(t.HTTPAllowlist)
+	}
+	toolTimeout := time.Duration(lim.ToolTimeoutMs) * time.Millisecond
+	extra, closeMCP, err := openMCP(ctx, a, toolTimeout)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := agent.Start(ctx, agent.Config{
 		AgentID:      a.ID,
 		Store:        a.Store,
 		Brain:        b,
 		SystemPrompt: t.SystemPrompt,
 		Tools:        t.Tools,
+		ExtraTools:   extra,
 		MaxMessages:  t.ContextBudget.MaxMessages,
 		MaxTokens:    t.ContextBudget.MaxTokens,
 		MaxSteps:     lim.MaxSteps,
 		MaxQueue:     lim.MaxQueue,
-		ToolTimeout:  time.Duration(lim.ToolTimeoutMs) * time.Millisecond,
+		ToolTimeout:  toolTimeout,
 		ArtifactsDir: art,
 		Vars:         vars,
 		Services:     services,
@@ -96,8 +177,13 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		Now:          a.Now,
 		BeforeSave:   a.BeforeSave,
 		AfterSave:    a.AfterSave,
+
+		UnknownOutcome: t.UnknownOutcomeOrDefault(),
+		RetryMin:       a.RetryMin,
+		RetryMax:       a.RetryMax,
 	})
 	if err != nil {
+		closeMCP()
 		if mem != nil {
 			_ = mem.Close()
 		}
@@ -116,6 +202,7 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 				_ = l.Close()
 			}
 			_ = rt.Stop(ctx)
+			closeMCP()
 			if mem != nil {
 				_ = mem.Close()
 			}
@@ -124,13 +211,14 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		a.Log.Info().Str("listener", lc.Name).Str("kind", lc.Kind).Msgf("%s listener on %s", lc.Kind, l.Addr())
 		listeners = append(listeners, l)
 	}
-	if mem != nil || len(listeners) > 0 {
+	{
 		// Tools run only inside the runtime and listeners only feed it:
 		// once it has ended, nothing uses either. Each memory write was
 		// committed when it returned, so a process that exits first loses
 		// nothing.
 		go func() {
 			<-rt.Done()
+			closeMCP()
 			for _, l := range listeners {
 				_ = l.Close()
 			}

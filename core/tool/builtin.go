@@ -16,12 +16,14 @@ func init() {
 		Name:        "file_append",
 		Description: `Append args.line and a newline to args.file, a path inside the agent's artifacts directory. Not idempotent.`,
 		Idempotent:  false,
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"file":{"type":"string"},"line":{"type":"string"}},"required":["file","line"],"additionalProperties":false}`),
 		Run:         fileAppend,
 	})
 	Register(Tool{
 		Name:        "sleep_ms",
 		Description: `Wait args.ms milliseconds (at most 60,000). Idempotent.`,
 		Idempotent:  true,
+		Parameters:  json.RawMessage(`{"type":"object","properties":{"ms":{"type":"integer","minimum":0,"maximum":60000}},"required":["ms"],"additionalProperties":false}`),
 		Run:         sleepMs,
 	})
 }

@@ -35,6 +35,10 @@ type Tool struct {
 	Name        string
 	Description string
 	Idempotent  bool
+	// Parameters is the JSON Schema of the arguments object, shown to
+	// models as the function's parameters; nil means any object. Run
+	// still checks its arguments itself.
+	Parameters json.RawMessage
 	// Run executes the call. args is the JSON object the brain passed.
 	Run func(ctx context.Context, env Env, args json.RawMessage) (json.RawMessage, error)
 }

@@ -1,0 +1,7 @@
+//go:build !no_mcp
+
+package main
+
+// Tools of Model Context Protocol servers; a build with -tags no_mcp leaves
+// the SDK out, and a template naming MCP servers then refuses to start.
+import _ "github.com/openstarry/openstarry-edge/transport/mcp"

@@ -1,0 +1,230 @@
+package agent_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// modelBrain answers like a model: at step 0 it calls tools, later it
+// answers with what it saw. It records every step it was asked.
+type modelBrain struct {
+	mu    sync.Mutex
+	calls []agent.Call
+	asked []int // the Step of every Think
+	seen  [][]agent.ToolResult
+}
+
+func (b *modelBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.asked = append(b.asked, turn.Step)
+	b.seen = append(b.seen, append([]agent.ToolResult(nil), turn.Results...))
+	if turn.Step == 0 {
+		return agent.Reply{Calls: b.calls, Usage: agent.Usage{PromptTokens: 10, CompletionTokens: 2}}, nil
+	}
+	out, _ := json.Marshal(turn.Results)
+	return agent.Reply{Output: out}, nil
+}
+
+func (b *modelBrain) steps() []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]int(nil), b.asked...)
+}
+
+func modelCalls() []agent.Call {
+	return []agent.Call{
+		{ID: "c1", Tool: "sleep_ms", Args: json.RawMessage(`{"ms":1}`)},
+		{ID: "c2", Tool: "file_append", Args: json.RawMessage(`{"file":"log.txt","line":"once"}`)},
+	}
+}
+
+// crashAt runs one task on a fresh agent and returns the first snapshot a
+// save made durable for which pick is true: the store's state had the
+// process died right after that save.
+func crashAt(t *testing.T, e *env, pick func(*agent.Snapshot) bool) *agent.Snapshot {
+	t.Helper()
+	var crashed *agent.Snapshot
+	e.cfg.AfterSave = func(s *agent.Snapshot) {
+		if crashed == nil && pick(s) {
+			crashed = s.Clone()
+		}
+	}
+	rt := e.start()
+	submit(t, rt, "t1", "do it")
+	wait(t, rt, "t1")
+	if err := rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if crashed == nil {
+		t.Fatal("no save matched the crash point")
+	}
+	if err := e.store.Save(context.Background(), crashed); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg.AfterSave = nil
+	return crashed
+}
+
+// The brain's reply is durable before any of its tools runs; after a crash
+// at that instant the brain is not asked again and each tool runs once.
+func TestReplySavedBeforeToolsRun(t *testing.T) {
+	e := newEnv(t)
+	b1 := &modelBrain{calls: modelCalls()}
+	e.cfg.Brain = b1
+	crashed := crashAt(t, e, func(s *agent.Snapshot) bool { return s.Turn != nil })
+	if crashed.PendingAction != nil || len(crashed.Turn.Steps) != 1 || len(crashed.Turn.Steps[0].Calls) != 2 ||
+		len(crashed.Turn.Steps[0].Results) != 0 || crashed.Turn.Usage.PromptTokens != 10 {
+		t.Fatalf("the first save after the reply = %+v", crashed.Turn)
+	}
+	// The crash came before any tool ran: remove what the first run wrote.
+	log := filepath.Join(e.dir, "log.txt")
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+
+	b2 := &modelBrain{calls: modelCalls()}
+	e.cfg.Brain = b2
+	rt := e.start()
+	st := wait(t, rt, "t1")
+	if st.Status != agent.ResultDone {
+		t.Fatalf("state = %+v", st)
+	}
+	if got := b2.steps(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("after the restart the brain was asked at steps %v, want only [1]", got)
+	}
+	if data, _ := os.ReadFile(log); string(data) != "once\n" {
+		t.Fatalf("log.txt = %q, want the tool run once", data)
+	}
+	var res []agent.ToolResult
+	if err := json.Unmarshal(st.Output, &res); err != nil || len(res) != 2 || res[0].CallID != "c1" || res[1].CallID != "c2" {
+		t.Fatalf("output = %s", st.Output)
+	}
+	s, _ := rt.Snapshot(context.Background())
+	if s.Turn != nil || s.Memory.WorkingVariables["tokens_prompt"] != int64(10) {
+		t.Fatalf("after the task: turn %+v, vars %v", s.Turn, s.Memory.WorkingVariables)
+	}
+}
+
+// A crash while a non-idempotent tool runs, with unknown_outcome
+// ask_model: the brain is told the outcome is unknown and the tool is not
+// run again.
+func TestUnknownOutcomeToldToModel(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.UnknownOutcome = agent.UnknownAskModel
+	e.cfg.Brain = &modelBrain{calls: modelCalls()}
+	crashed := crashAt(t, e, func(s *agent.Snapshot) bool { return s.PendingAction != nil })
+	if crashed.Turn == nil || len(crashed.Turn.Steps[0].Results) != 1 || crashed.PendingAction.Tool != "file_append" {
+		t.Fatalf("intent snapshot: turn %+v pending %+v", crashed.Turn, crashed.PendingAction)
+	}
+	b2 := &modelBrain{calls: modelCalls()}
+	e.cfg.Brain = b2
+	rt := e.start()
+	st := wait(t, rt, "t1")
+	if st.Status != agent.ResultDone {
+		t.Fatalf("state = %+v", st)
+	}
+	if got := b2.steps(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("brain asked at steps %v", got)
+	}
+	seen := b2.seen[0]
+	if len(seen) != 2 || seen[0].Error != "" || !strings.Contains(seen[1].Error, "outcome unknown") ||
+		!strings.Contains(seen[1].Error, "Check before retrying") || seen[1].CallID != "c2" {
+		t.Fatalf("results the brain saw = %+v", seen)
+	}
+	if data, _ := os.ReadFile(filepath.Join(e.dir, "log.txt")); string(data) != "once\n" {
+		t.Fatalf("log.txt = %q: the tool ran again", data)
+	}
+	s := e.store.stored(t, "a1")
+	if s.PendingAction != nil || s.Turn != nil || s.Memory.WorkingVariables["unknown_outcomes"] != float64(1) {
+		t.Fatalf("recovered snapshot: pending %+v turn %+v vars %v", s.PendingAction, s.Turn, s.Memory.WorkingVariables)
+	}
+}
+
+// With the default (end_task), and with approval, the same crash ends the
+// task as unknown_outcome without asking the brain.
+func TestUnknownOutcomeEndsTask(t *testing.T) {
+	for _, mode := range []string{"", agent.UnknownEndTask, agent.UnknownApproval} {
+		t.Run("mode="+mode, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.UnknownOutcome = mode
+			e.cfg.Brain = &modelBrain{calls: modelCalls()}
+			crashAt(t, e, func(s *agent.Snapshot) bool { return s.PendingAction != nil })
+			b2 := &modelBrain{calls: modelCalls()}
+			e.cfg.Brain = b2
+			rt := e.start()
+			st := wait(t, rt, "t1")
+			if st.Status != agent.ResultUnknownOutcome || len(b2.steps()) != 0 {
+				t.Fatalf("state = %+v, brain asked at %v", st, b2.steps())
+			}
+		})
+	}
+}
+
+// A brain that cannot reach its model keeps the task running (not failed)
+// and the agent accepts other tasks; Stop ends the wait, and the task
+// resumes after the restart.
+func TestUnreachableBrainWaits(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.RetryMin = time.Millisecond
+	e.cfg.RetryMax = 5 * time.Millisecond
+	var mu sync.Mutex
+	down := true
+	attempts := 0
+	e.cfg.Brain = brainFunc(func(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		attempts++
+		if down {
+			return agent.Reply{}, agent.ErrBrainUnavailable
+		}
+		return agent.Reply{Output: turn.Task.Input}, nil
+	})
+	rt := e.start()
+	submit(t, rt, "t1", "first")
+	if res := submit(t, rt, "t2", "second"); res.Err != nil {
+		t.Fatalf("submit while waiting: %v", res.Err)
+	}
+	for {
+		mu.Lock()
+		n := attempts
+		mu.Unlock()
+		if n >= 3 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if st, _, _ := rt.TaskState(context.Background(), "t1"); st.Status != agent.TaskRunning {
+		t.Fatalf("t1 = %+v", st)
+	}
+	if err := rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := e.store.stored(t, "a1")
+	if len(s.EventQueueBackup) != 2 || s.Status != agent.StatusStopped {
+		t.Fatalf("after stop: queue %d status %s", len(s.EventQueueBackup), s.Status)
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	rt2 := e.start()
+	for _, id := range []string{"t1", "t2"} {
+		if st := wait(t, rt2, id); st.Status != agent.ResultDone {
+			t.Fatalf("%s = %+v", id, st)
+		}
+	}
+}
+
+type brainFunc func(ctx context.Context, turn agent.Turn) (agent.Reply, error)
+
+func (f brainFunc) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	return f(ctx, turn)
+}
