@@ -7,7 +7,6 @@ package host
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -52,10 +51,7 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
-	art := ArtifactsDir(a.DataDir, a.ID)
-	if err := os.MkdirAll(art, 0o750); err != nil {
-		return nil, fmt.Errorf("artifacts directory: %w", err)
-	}
+	art := ArtifactsDir(a.DataDir, a.ID) // made and opened by agent.Start
 	lim := t.Limits.WithDefaults()
 	vars := map[string]any{"template_name": t.Name, "template_version": t.Version}
 	for k, v := range a.Vars {
