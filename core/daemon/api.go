@@ -146,6 +146,19 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	requester := r.Header.Get(control.HeaderAgent)
+	if caller, ok := callerAgent(r); ok {
+		// An agent's token: only an agent whose blueprint has the tool.
+		m := d.member(caller)
+		if m == nil {
+			writeError(w, unknownAgent(caller))
+			return
+		}
+		if err := mayManage(caller, m.getSpec()); err != nil {
+			d.log.Warn().Str("agent", caller).Str("action", req.Action).Msg("control API: agent_manager refused to an agent without the tool")
+			writeError(w, err)
+			return
+		}
+	}
 	switch req.Action {
 	case control.ActionSpawn:
 		res, err := d.spawnWorker(r.Context(), requester, req)

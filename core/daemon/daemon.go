@@ -491,7 +491,7 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 	}
 	t := res.Template
 	spec := agentSpec{Template: t.Name, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
-		Workers: t.Workers, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes}
+		Workers: t.Workers, Tools: t.Tools, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes}
 	if t.Brain.APIKeyEnv != "" {
 		spec.KeepEnv = []string{t.Brain.APIKeyEnv}
 	}

@@ -20,7 +20,8 @@ type agentSpec struct {
 	Digest       string   // sha256 of the frozen bytes
 	Blueprint    string   // the frozen file
 	Requester    string   // workers: the agent that spawned it
-	Workers      []string // the template's workers (who it may spawn)
+	Workers      []string // the template's workers: what it may spawn; empty: nothing
+	Tools        []string // the template's tools; spawning needs control.ToolAgentManager
 	KeepEnv      []string // environment variables the template needs (the brain's key)
 	Storage      string   // the template's own store URL, "" for the daemon's
 	MaxTaskBytes int
