@@ -15,6 +15,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
 )
@@ -155,8 +156,8 @@ func runAgent(ctx context.Context, f runFlags) error {
 		for pattern, h := range f.hooks.routes {
 			api.Handle(pattern, h)
 		}
-		srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-		go func() { httpErr <- srv.Serve(ln) }()
+		srv = httpx.NewServer(api, httpx.Limits{})
+		go func() { httpErr <- srv.Serve(httpx.Listen(ln, httpx.Limits{}, false, log)) }()
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
 	}
 

@@ -23,6 +23,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -87,6 +88,9 @@ type Options struct {
 	Rand func() float64
 	// Booted, when set, is called once boot phase 4 is done.
 	Booted func()
+	// HTTPLimits bound the HTTP listener and the control API (timeouts,
+	// connections); the zero value is httpx's defaults.
+	HTTPLimits httpx.Limits
 }
 
 // Daemon is the Orchestrator: the boot sequence, the supervisors of the
@@ -225,8 +229,8 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 		return fmt.Errorf("control token: %w", err)
 	}
 	closers = append(closers, func() { control.RemoveFiles(d.runDir) })
-	ctrlSrv := &http.Server{Handler: d.controlHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = ctrlSrv.Serve(ctrlLn) }()
+	ctrlSrv := httpx.NewServer(d.controlHandler(), d.o.HTTPLimits)
+	go func() { _ = ctrlSrv.Serve(httpx.Listen(ctrlLn, d.o.HTTPLimits, false, d.log)) }()
 	closers = append(closers, func() { shutdownServer(ctrlSrv) })
 
 	if d.cfg.HTTP.Listen != "" {
@@ -235,8 +239,8 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.listen %s: %w", d.cfg.HTTP.Listen, err)
 		}
 		d.httpAddr = "http://" + ln.Addr().String()
-		srv := &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		srv := httpx.NewServer(d.httpHandler(), d.o.HTTPLimits)
+		go func() { _ = srv.Serve(httpx.Listen(ln, d.o.HTTPLimits, false, d.log)) }()
 		closers = append(closers, func() { shutdownServer(srv) })
 		d.log.Info().Str("addr", d.httpAddr).Msgf("daemon listening on %s", d.httpAddr)
 	}
