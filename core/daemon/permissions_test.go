@@ -61,7 +61,9 @@ func TestControlAPIPermissions(t *testing.T) {
 	spawn := func(tmpl, id string) control.AgentRequest {
 		return control.AgentRequest{Action: control.ActionSpawn, Template: tmpl, AgentID: id}
 	}
-	stop := func(id string) control.AgentRequest { return control.AgentRequest{Action: control.ActionStop, AgentID: id} }
+	stop := func(id string) control.AgentRequest {
+		return control.AgentRequest{Action: control.ActionStop, AgentID: id}
+	}
 	list := control.AgentRequest{Action: control.ActionList}
 	restart := func(c *control.Client, id string) func() error {
 		return func() error { _, err := c.Restart(ctx, id); return err }

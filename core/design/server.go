@@ -168,7 +168,9 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 	}
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) { httpx.Error(w, status, code, msg) }
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	httpx.Error(w, status, code, msg)
+}
 
 // statusWriter remembers the status and size for the request log.
 type statusWriter struct {

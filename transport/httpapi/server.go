@@ -184,4 +184,6 @@ func WriteError(w http.ResponseWriter, status int, code, msg string) {
 	httpx.Error(w, status, code, msg)
 }
 
-func writeError(w http.ResponseWriter, status int, code, msg string) { httpx.Error(w, status, code, msg) }
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	httpx.Error(w, status, code, msg)
+}
