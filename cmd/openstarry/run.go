@@ -18,6 +18,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // Exit codes of run and core.
@@ -119,7 +121,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer mw.Close()
-	if err := os.MkdirAll(f.data, 0o750); err != nil {
+	if err := privfs.MkdirAll(f.data); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	st, err := openStore(ctx, storeURL, f.data)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/logx"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func defaultServiceData() string {
@@ -37,16 +39,16 @@ func platformServiceConfig(c *service.Config, _, _, _ string) {
 	c.Option["OnFailureResetPeriod"] = 86400
 }
 
-func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
+func prepareServiceData(data, _ string) error { return os.MkdirAll(data, privfs.SharedDirMode) }
 
 // serviceLog: a Windows service has no stderr anyone reads; the daemon and
 // its agents log JSON lines to DATA\logs\openstarry.log.
 func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
 	dir := filepath.Join(cfg.Data, "logs")
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return stderrLog()
 	}
-	f, err := os.OpenFile(filepath.Join(dir, "openstarry.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	f, err := privfs.OpenFile(filepath.Join(dir, "openstarry.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND)
 	if err != nil {
 		return stderrLog()
 	}

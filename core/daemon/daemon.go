@@ -24,6 +24,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/httpx"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -204,7 +206,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 
 	// Phase 1: infrastructure.
 	t1 := d.now()
-	if err := os.MkdirAll(d.runDir, 0o750); err != nil {
+	if err := privfs.MkdirAll(d.runDir); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	lock, err := lockDir(d.runDir)
@@ -486,11 +488,11 @@ var errRole = errors.New("wrong template role")
 // template file must be.
 func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agentSpec, error) {
 	dir := filepath.Join(d.runDir, "blueprints", id)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	path := filepath.Join(dir, res.Template.Name+".json")
-	if err := atomicfile.WriteFile(path, res.Raw, 0o440); err != nil {
+	if err := atomicfile.WriteFile(path, res.Raw, privfs.ReadOnlyMode); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	t := res.Template

@@ -44,7 +44,7 @@ func TestBoot(t *testing.T) {
 	// The blueprint is frozen, read-only, and named after its template.
 	path := filepath.Join(cfg.Data, "run", "blueprints", "master", "master.json")
 	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o440 {
+	if err != nil || fi.Mode().Perm() != 0o400 {
 		t.Fatalf("frozen blueprint: %v %v", err, fi)
 	}
 	spec := e.l.launches[0]

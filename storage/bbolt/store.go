@@ -19,6 +19,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // FileName is the name of an agent's file inside its directory.
@@ -166,7 +168,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bbolt: open %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	if err := privfs.MkdirAll(abs); err != nil {
 		return nil, fmt.Errorf("bbolt: open: %w", err)
 	}
 	if fi, err := os.Stat(abs); err != nil {
@@ -236,7 +238,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		if !create {
 			return false, nil
 		}
-		if err := os.MkdirAll(filepath.Dir(a.path), 0o750); err != nil {
+		if err := privfs.MkdirAll(filepath.Dir(a.path)); err != nil {
 			return false, err
 		}
 	case err != nil:
@@ -257,7 +259,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	// bbolt only reads the meta pages of an existing non-empty file before
 	// validating them, and with NoFreelistSync it writes nothing at open.
 	bo := s.tune.bolt
-	db, err := bolt.Open(a.path, 0o600, &bo)
+	db, err := bolt.Open(a.path, privfs.FileMode, &bo)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return false, &lockedError{id: a.id, path: a.path}

@@ -18,6 +18,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func init() {
@@ -115,7 +117,7 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(abs, 0o750); err != nil {
+	if err := privfs.MkdirAll(abs); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", abs, err)
 	}
 	s := &Store{dir: abs, log: o.Logger, ret: backend.Retention(o.Retention), now: o.Now}
