@@ -166,6 +166,10 @@ func TestCrashloop(t *testing.T) {
 	if info.Restarts != cfg.Supervise.CrashloopRestarts || !strings.Contains(info.LastError, "boom") {
 		t.Fatalf("%+v", info)
 	}
+	// No process runs: no pid (a dead one would mislead) and no address.
+	if info.PID != 0 || info.Addr != "" {
+		t.Fatalf("crashloop shows pid %d addr %q", info.PID, info.Addr)
+	}
 	n := len(e.l.eventsCopy())
 	time.Sleep(50 * time.Millisecond)
 	if len(e.l.eventsCopy()) != n {

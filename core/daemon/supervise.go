@@ -175,7 +175,7 @@ func (m *member) run() {
 			n := m.recordCrash()
 			sv := m.d.cfg.Supervise
 			if n > sv.CrashloopRestarts {
-				m.setState(control.StateCrashloop, nil)
+				m.setState(control.StateCrashloop, func() { m.pid, m.addr = 0, "" }) // no process: no pid to show
 				m.d.log.Error().Str("agent", m.id).Int("crashes", n).Dur("window", sv.CrashloopWindow).Str("last_error", m.info().LastError).
 					Msgf("agent %s is in crashloop: %d crashes within %s; not restarting it until `openstarry agent restart %s`", m.id, n, sv.CrashloopWindow, m.id)
 				if !m.idle(0, &pending) {
@@ -184,7 +184,7 @@ func (m *member) run() {
 				continue
 			}
 			delay := m.d.backoff(n)
-			m.setState(control.StateBackoff, nil)
+			m.setState(control.StateBackoff, func() { m.pid, m.addr = 0, "" })
 			m.d.log.Warn().Str("agent", m.id).Int("crashes", n).Int64("backoff_ms", delay.Milliseconds()).Str("last_error", m.info().LastError).
 				Msgf("agent %s exited; restarting it in %s", m.id, delay.Round(time.Millisecond))
 			if !m.idle(delay, &pending) {
