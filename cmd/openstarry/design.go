@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 func init() {
@@ -125,13 +125,11 @@ func runDesignServe(ctx context.Context, stdout, stderr io.Writer, log zerolog.L
 		return exitCode(1, fmt.Errorf("design serve: %w", err))
 	}
 	h := design.NewServer(set, log)
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-	}
+	// GET and HEAD only, answers never wait: a whole-request read timeout
+	// and a write timeout are safe here on top of the shared limits.
+	srv := httpx.NewServer(h, httpx.Limits{})
+	srv.ReadTimeout, srv.WriteTimeout = 30*time.Second, 30*time.Second
+	ln = httpx.Listen(ln, httpx.Limits{}, f.tlsCert != "", log)
 	scheme := "http"
 	if f.tlsCert != "" {
 		scheme = "https"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -115,6 +116,7 @@ func newMQTTWiring(f mqttFlags, agentID, dataDir string, maxTaskBytes int, log z
 		Broker: f.broker, Device: device, Agent: agentID, TopicPrefix: f.prefix,
 		FleetGroup: f.fleetGroup, NoFleet: f.noFleet, NoDeviceStatus: f.daemonChild, Username: f.username, Password: f.password,
 		CAFile: f.ca, CertFile: f.cert, KeyFile: f.key, MaxTaskBytes: maxTaskBytes, Version: version, Log: log,
+		StateDir: filepath.Join(dataDir, "agents", agentID),
 	}
 	check := w.cfg
 	if f.broker == "" {

@@ -60,8 +60,15 @@ var listenRe = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
 // up (when waitListen) or it exits.
 func startChild(t *testing.T, waitListen bool, args ...string) *child {
 	t.Helper()
+	return startChildCmd(t, exec.Command(binPath, args...))
+}
+
+// startChildCmd is startChild for a command of the caller's (a shell that
+// sets the umask first, for example).
+func startChildCmd(t *testing.T, cmd *exec.Cmd) *child {
+	t.Helper()
 	c := &child{t: t, addr: make(chan string, 1), done: make(chan struct{})}
-	c.cmd = exec.Command(binPath, args...)
+	c.cmd = cmd
 	c.cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
 	stderr, err := c.cmd.StderrPipe()
 	if err != nil {

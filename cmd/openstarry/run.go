@@ -15,8 +15,11 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // Exit codes of run and core.
@@ -118,7 +121,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		return err
 	}
 	defer mw.Close()
-	if err := os.MkdirAll(f.data, 0o750); err != nil {
+	if err := privfs.MkdirAll(f.data); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	st, err := openStore(ctx, storeURL, f.data)
@@ -155,8 +158,8 @@ func runAgent(ctx context.Context, f runFlags) error {
 		for pattern, h := range f.hooks.routes {
 			api.Handle(pattern, h)
 		}
-		srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-		go func() { httpErr <- srv.Serve(ln) }()
+		srv = httpx.NewServer(api, httpx.Limits{})
+		go func() { httpErr <- srv.Serve(httpx.Listen(ln, httpx.Limits{}, false, log)) }()
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
 	}
 

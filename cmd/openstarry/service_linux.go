@@ -18,6 +18,8 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/packaging/systemd"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func defaultServiceData() string { return "/var/lib/openstarry" }
@@ -72,13 +74,13 @@ func prepareServiceData(data, name string) error {
 		return fmt.Errorf("data directory %q: systemd paths with spaces or quotes are not supported; choose another", data)
 	}
 	if name == "" {
-		return os.MkdirAll(data, 0o750)
+		return os.MkdirAll(data, privfs.SharedDirMode)
 	}
 	u, err := user.Lookup(name)
 	if err != nil {
 		return fmt.Errorf("user %q: %w; create it first: useradd --system --home-dir %s --shell /usr/sbin/nologin %s", name, err, data, name)
 	}
-	if err := os.MkdirAll(data, 0o750); err != nil {
+	if err := os.MkdirAll(data, privfs.SharedDirMode); err != nil {
 		return err
 	}
 	uid, _ := strconv.Atoi(u.Uid)

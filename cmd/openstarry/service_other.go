@@ -10,6 +10,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/config"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func defaultServiceData() string { return "/var/lib/openstarry" }
@@ -17,7 +19,7 @@ func defaultServiceUser() string { return "" }
 
 func platformServiceConfig(*service.Config, string, string, string) {}
 
-func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
+func prepareServiceData(data, _ string) error { return os.MkdirAll(data, privfs.SharedDirMode) }
 
 func serviceStatus(s service.Service) (service.Status, error) { return s.Status() }
 

@@ -13,6 +13,8 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/logx"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func defaultServiceData() string {
@@ -42,14 +44,14 @@ func serviceStatus(s service.Service) (service.Status, error) { return s.Status(
 // removeServiceLinks: the service control manager keeps no links.
 func removeServiceLinks() error { return nil }
 
-func prepareServiceData(data, _ string) error { return os.MkdirAll(data, 0o750) }
+func prepareServiceData(data, _ string) error { return os.MkdirAll(data, privfs.SharedDirMode) }
 
 // serviceLog: a Windows service has no stderr anyone reads; the daemon and
 // its agents log JSON lines to DATA\logs\openstarry.log, rotated by size
 // (10 MiB, three files kept: openstarry.log, .1, .2).
 func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
 	dir := filepath.Join(cfg.Data, "logs")
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return stderrLog()
 	}
 	f := &logx.RotatingFile{Path: filepath.Join(dir, "openstarry.log"), MaxBytes: 10 << 20, Keep: 3}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -149,6 +150,13 @@ func init() {
 				return err
 			}
 			defer st.Close()
+			stored, err := isStored(cmd.Context(), st, del.agent)
+			if err != nil {
+				return lockedExit(err)
+			}
+			if !stored {
+				return exitCode(1, fmt.Errorf("nothing to delete: no agent %s is stored in %s", del.agent, orDefault(del.store, "bbolt://")))
+			}
 			if err := st.Delete(cmd.Context(), del.agent); err != nil {
 				return lockedExit(err)
 			}
@@ -214,6 +222,29 @@ func (f *snapshotFlags) load(ctx context.Context) (*agent.Snapshot, error) {
 		return nil, fmt.Errorf("no snapshot stored for agent %q", f.agent)
 	}
 	return s, nil
+}
+
+// isStored reports whether st holds anything for agent id: by its list
+// when it can enumerate its agents, else by a load (a corrupt snapshot is
+// something stored, and may be deleted).
+func isStored(ctx context.Context, st plugin.Storage, id string) (bool, error) {
+	if l, ok := st.(plugin.Lister); ok {
+		ids, err := l.List(ctx)
+		if err != nil {
+			return false, err
+		}
+		return slices.Contains(ids, id), nil
+	}
+	s, err := st.Load(ctx, id)
+	switch {
+	case errors.Is(err, plugin.ErrNotFound):
+		return false, nil
+	case errors.Is(err, plugin.ErrLocked):
+		return false, err
+	case err != nil:
+		return true, nil
+	}
+	return s != nil, nil
 }
 
 func printSnapshot(s *agent.Snapshot) error {

@@ -61,6 +61,13 @@ func TestSnapshotCommands(t *testing.T) {
 	if _, errs, code := cli(t, "snapshot", "show", "--agent", "s1", "--data", data); code == 0 || !strings.Contains(errs, "no snapshot stored") {
 		t.Fatalf("show after delete: %d %s", code, errs)
 	}
+	// Deleting what is not there says so and fails.
+	if _, errs, code := cli(t, "snapshot", "delete", "--agent", "s1", "--data", data); code != 1 || !strings.Contains(errs, "nothing to delete: no agent s1") {
+		t.Fatalf("delete again: %d %s", code, errs)
+	}
+	if _, errs, code := cli(t, "snapshot", "delete", "--agent", "nosuch", "--data", data); code != 1 || !strings.Contains(errs, "nothing to delete") || strings.Contains(errs, "deleted agent") {
+		t.Fatalf("delete of an unknown agent: %d %s", code, errs)
+	}
 	if _, errs, code := cli(t, "snapshot", "import", "--agent", "s2", "--data", data, "--in", file); code == 0 || !strings.Contains(errs, `not "s2"`) {
 		t.Fatalf("import under another id: %d %s", code, errs)
 	}

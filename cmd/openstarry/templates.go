@@ -101,7 +101,17 @@ func validatePath(v design.Validator, keys []ed25519.PublicKey, arg string) (n i
 		if len(keys) > 0 {
 			errs = append(errs, design.VerifySet(set, keys)...)
 		}
-		return set.Len() + errs.Files(), errs, nil
+		// Each file once: a valid template whose signature fails is in the
+		// set and has errors.
+		files := map[string]bool{}
+		for _, name := range set.Names() {
+			e, _ := set.Get(name)
+			files[e.File] = true
+		}
+		for _, e := range errs {
+			files[e.File] = true
+		}
+		return len(files), errs, nil
 	}
 
 	dir, base := filepath.Split(arg)

@@ -99,9 +99,13 @@ func TestTemplatesKeygenSignValidate(t *testing.T) {
 	}
 
 	// Unsigned templates fail a validation that requires signatures.
-	out, _, code = runCmd(t, newTemplatesCmd(), "validate", "--trusted-key", prefix+".pub", tdir)
+	out, stderr, code = runCmd(t, newTemplatesCmd(), "validate", "--trusted-key", prefix+".pub", tdir)
 	if code != 1 || strings.Count(out, ": /: signature: no ") != 3 {
 		t.Fatalf("unsigned: exit %d\n%s", code, out)
+	}
+	// Three templates, each counted once though valid and unsigned.
+	if !strings.Contains(stderr, "3 errors in 3 of 3 templates") {
+		t.Fatalf("unsigned: count: %s", stderr)
 	}
 
 	args := []string{"sign", "--key", prefix + ".key"}
@@ -135,6 +139,33 @@ func TestTemplatesKeygenSignValidate(t *testing.T) {
 	os.WriteFile(filepath.Join(tdir, "broken.json"), []byte("{"), 0o644)
 	if _, stderr, code := runCmd(t, newTemplatesCmd(), "sign", "--key", prefix+".key", filepath.Join(tdir, "broken.json")); code != 1 || !strings.Contains(stderr, "refusing to sign") {
 		t.Fatalf("sign broken: exit %d %s", code, stderr)
+	}
+}
+
+// TestTemplatesValidateEveryError: one file breaking a single-template rule
+// (an unknown tool) and a set rule (an unknown worker) gets both listed.
+func TestTemplatesValidateEveryError(t *testing.T) {
+	tdir := t.TempDir()
+	copyShipped(t, tdir, "master.json", "worker.json", "echo.json")
+	p := filepath.Join(tdir, "master.json")
+	data, _ := os.ReadFile(p)
+	data = bytes.Replace(data, []byte(`"agent_manager"]`), []byte(`"agent_manager", "teleport"]`), 1)
+	data = bytes.Replace(data, []byte(`"workers": ["worker"]`), []byte(`"workers": ["worker", "nosuch"]`), 1)
+	if err := os.WriteFile(p, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, arg := range []string{tdir, p} {
+		out, stderr, code := runCmd(t, newTemplatesCmd(), "validate", arg)
+		if code != 1 || !strings.Contains(out, "master.json: /tools/3: unknown_tool") || !strings.Contains(out, "master.json: /workers/1: missing_worker") {
+			t.Fatalf("%s: exit %d\n%s%s", arg, code, out, stderr)
+		}
+		want := "2 errors in 1 of 3 templates"
+		if arg == p {
+			want = "2 errors in 1 of 1 template"
+		}
+		if !strings.Contains(stderr, want) {
+			t.Fatalf("%s: count: %s", arg, stderr)
+		}
 	}
 }
 

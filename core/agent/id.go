@@ -28,8 +28,7 @@ func ValidateID(id string) error {
 	case id[0] == '.':
 		return fmt.Errorf("%w: %q starts with a dot", ErrInvalidID, id)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	for i, c := range id { // runes, so that a message shows 'é', not the bytes of it
 		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
 			c == '-' || c == '_' || c == '.' || c == ':'
 		if !ok {

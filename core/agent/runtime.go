@@ -76,7 +76,7 @@ type Config struct {
 	MaxSteps     int // brain steps per task; default 8
 	MaxQueue     int // queued events before Submit fails with ErrQueueFull; default 10,000
 	ToolTimeout  time.Duration
-	ArtifactsDir string
+	ArtifactsDir string // opened once by Start as the agent's tool.Artifacts; "" for none
 	// Vars are set into working_variables at every start (the template's
 	// name, version and digest).
 	Vars     map[string]any
@@ -167,6 +167,7 @@ type Runtime struct {
 	stopOnce  sync.Once
 	exited    chan struct{}
 	exitErr   error
+	artifacts *tool.Artifacts // the artifacts directory's root; nil without one; closed when the loop ends
 
 	// Owned by the runtime goroutine.
 	snap       *Snapshot
@@ -261,7 +262,15 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	} else {
 		r.log.Warn().Msg("the store keeps no task index: finished results are queryable only while this process lives")
 	}
+	if cfg.ArtifactsDir != "" {
+		art, err := tool.OpenArtifacts(cfg.ArtifactsDir)
+		if err != nil {
+			return nil, fmt.Errorf("agent %s: %w", cfg.AgentID, err)
+		}
+		r.artifacts = art
+	}
 	if err := r.hydrate(ctx); err != nil {
+		r.closeArtifacts()
 		return nil, err
 	}
 	go r.loop()
@@ -527,8 +536,15 @@ func (r *Runtime) Err() error {
 	}
 }
 
+func (r *Runtime) closeArtifacts() {
+	if r.artifacts != nil {
+		_ = r.artifacts.Close()
+	}
+}
+
 func (r *Runtime) loop() {
 	defer close(r.exited)
+	defer r.closeArtifacts()
 	stopCh := r.stopCh
 	for {
 		if r.stopping && !r.busy {

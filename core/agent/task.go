@@ -37,7 +37,8 @@ type TaskError struct {
 func (e *TaskError) Error() string { return e.Msg }
 
 // DecodeTask parses and checks one task. maxBytes bounds the payload
-// (0 means no bound). Unknown fields are ignored, so a hub may add its own.
+// (0 means no bound). Unknown fields are ignored, so a hub may add its own;
+// a key given twice in one object is refused (bad_json).
 // The task keeps data (TaskEvent queues it as it came): the caller must not
 // change data afterwards.
 func DecodeTask(data []byte, maxBytes int) (*Task, error) {
@@ -51,6 +52,11 @@ func DecodeTask(data []byte, maxBytes int) (*Task, error) {
 	var t Task
 	if err := json.Unmarshal(data, &t); err != nil {
 		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: " + err.Error()}
+	}
+	// encoding/json keeps the last of two equal keys; a task whose id or
+	// input depends on which one a reader takes is refused.
+	if k, dup := duplicateKey(data); dup {
+		return nil, &TaskError{CodeBadJSON, fmt.Sprintf("task is not valid JSON: key %q appears twice in one object", k)}
 	}
 	if t.TaskID == "" {
 		return nil, &TaskError{CodeMissingTaskID, "task has no task_id"}

@@ -24,6 +24,13 @@ func TestDecodeTask(t *testing.T) {
 		{"path id", `{"task_id":"../../x"}`, 0, CodeBadTaskID},
 		{"too large", `{"task_id":"t1","input":"` + strings.Repeat("x", 100) + `"}`, 64, CodeTooLarge},
 		{"bad deadline", `{"task_id":"t1","deadline":"tomorrow"}`, 0, CodeBadDeadline},
+		{"duplicate task_id", `{"task_id":"a","task_id":"t1"}`, 0, CodeBadJSON},
+		{"duplicate task_id, other case", `{"task_id":"t1","TASK_ID":"b"}`, 0, CodeBadJSON},
+		{"duplicate task_id, escaped", `{"task_id":"t1","task\u005fid":"b"}`, 0, CodeBadJSON},
+		{"duplicate input", `{"task_id":"t1","input":"a","input":"b"}`, 0, CodeBadJSON},
+		{"duplicate nested key", `{"task_id":"t1","input":{"call":[{"tool":"x","args":{"a":1,"a":2}}]}}`, 0, CodeBadJSON},
+		{"nested keys differing in case", `{"task_id":"t1","input":{"a":1,"A":2,"x":{"a":[{"a":1},{"a":2}]}}}`, 0, ""},
+		{"same key in sibling objects", `{"task_id":"t1","input":[{"k":"\"}"},{"k":2}]}`, 0, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -42,12 +49,49 @@ func TestDecodeTask(t *testing.T) {
 	}
 }
 
+// TestIDMessageUTF8: the refusal of a non-ASCII id names the character,
+// not the bytes of its encoding.
+func TestIDMessageUTF8(t *testing.T) {
+	err := ValidateID("tâche-é")
+	if err == nil || !strings.Contains(err.Error(), `character 'â' at byte 1`) || strings.Contains(err.Error(), "Ã") {
+		t.Fatalf("message: %v", err)
+	}
+	if _, err := DecodeTask([]byte(`{"task_id":"日本"}`), 0); err == nil || !strings.Contains(err.Error(), `'日'`) {
+		t.Fatalf("message: %v", err)
+	}
+}
+
+// TestDuplicateKey against encoding/json's tokens on documents of every
+// shape.
+func TestDuplicateKey(t *testing.T) {
+	for _, tc := range []struct {
+		doc string
+		key string
+	}{
+		{`{}`, ""},
+		{`[]`, ""},
+		{`"x"`, ""},
+		{`{"a":{"b":1},"c":{"b":2}}`, ""},
+		{`{"a":[1,2,{"b":true,"b":false}]}`, "b"},
+		{` { "a" : null , "a" : 1 } `, "a"},
+		{`{"\"":1,"\"":2}`, `"`},
+		{`{"a":"}{\"a\":1","b":1}`, ""},
+		{`[{"x":1},{"x":1}]`, ""},
+	} {
+		k, dup := duplicateKey([]byte(tc.doc))
+		if dup != (tc.key != "") || k != tc.key {
+			t.Errorf("%s: %q %v, want %q", tc.doc, k, dup, tc.key)
+		}
+	}
+}
+
 func FuzzDecodeTask(f *testing.F) {
 	f.Add([]byte(`{"task_id":"t1","input":"hi"}`), 0)
 	f.Add([]byte(`{"task_id":"t1","input":{"call":[{"tool":"sleep_ms","args":{"ms":1}}]}}`), 1024)
 	f.Add([]byte(`{"task_id":""}`), 0)
 	f.Add([]byte(`null`), 0)
 	f.Add([]byte(`{"task_id":"t","deadline":"2030-01-01T00:00:00Z"}`), 10)
+	f.Add([]byte(`{"task_id":"t","task_id":"u","input":{"a":[{"b":1,"b":2}]}}`), 0)
 	f.Fuzz(func(t *testing.T, data []byte, max int) {
 		task, err := DecodeTask(data, max)
 		if err != nil {

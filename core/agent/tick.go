@@ -231,7 +231,7 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int
 	}
 	tctx, cancel := context.WithTimeout(ctx, r.cfg.ToolTimeout)
 	defer cancel()
-	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.cfg.ArtifactsDir,
+	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.cfg.ArtifactsDir, Artifacts: r.artifacts,
 		Log: r.log.With().Str("tool", call.Tool).Str("task", taskID).Logger(), Services: r.cfg.Services}
 	output, err := t.Run(tctx, env, call.Args)
 	if err != nil {

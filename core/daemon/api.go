@@ -1,19 +1,19 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // controlHandler is the control API (see package control):
@@ -35,12 +35,13 @@ func (d *Daemon) controlHandler() http.Handler {
 	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
 	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
 	mux.HandleFunc("POST /v1/manage", d.handleManage)
+	routes := httpx.Routes(mux)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(d.token)) == 1 {
-			mux.ServeHTTP(w, r)
+		if httpx.TokenOK(r, d.token) {
+			routes.ServeHTTP(w, r)
 			return
 		}
+		got, ok := httpx.Bearer(r)
 		id, isAgent := d.tokenAgent(got)
 		if !ok || !isAgent {
 			writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
@@ -54,7 +55,7 @@ func (d *Daemon) controlHandler() http.Handler {
 			return
 		}
 		r.Header.Set(control.HeaderAgent, id)
-		mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCaller{}, id)))
+		routes.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCaller{}, id)))
 	})
 }
 
@@ -137,15 +138,41 @@ func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, m.info())
 }
 
+// maxManageBytes bounds a POST /v1/manage body (a worker's task rides in it).
+const maxManageBytes = 1 << 20
+
 func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 	var req control.AgentRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<20))
+	body, err := httpx.ReadBody(w, r, maxManageBytes)
+	if errors.Is(err, httpx.ErrTooLarge) {
+		writeError(w, &control.Error{Status: http.StatusBadRequest, Code: httpx.CodeTooLarge,
+			Msg: fmt.Sprintf("request is over the limit of %d bytes", maxManageBytes)})
+		return
+	}
+	if err != nil {
+		writeError(w, &control.Error{Status: http.StatusBadRequest, Code: httpx.CodeBadBody, Msg: "reading the body: " + err.Error()})
+		return
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		writeError(w, badRequest("bad request: %v", err))
 		return
 	}
 	requester := r.Header.Get(control.HeaderAgent)
+	if caller, ok := callerAgent(r); ok {
+		// An agent's token: only an agent whose blueprint has the tool.
+		m := d.member(caller)
+		if m == nil {
+			writeError(w, unknownAgent(caller))
+			return
+		}
+		if err := mayManage(caller, m.getSpec()); err != nil {
+			d.log.Warn().Str("agent", caller).Str("action", req.Action).Msg("control API: agent_manager refused to an agent without the tool")
+			writeError(w, err)
+			return
+		}
+	}
 	switch req.Action {
 	case control.ActionSpawn:
 		res, err := d.spawnWorker(r.Context(), requester, req)
@@ -235,6 +262,8 @@ func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
 }
 
+// writeJSON writes an answer indented for people reading it with curl;
+// errors are one line (writeError).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
@@ -255,5 +284,5 @@ func writeError(w http.ResponseWriter, err error) {
 	if ce.Status == 0 {
 		ce.Status = http.StatusInternalServerError
 	}
-	writeJSON(w, ce.Status, map[string]string{"error": ce.Msg, "code": ce.Code})
+	httpx.Error(w, ce.Status, ce.Code, ce.Msg)
 }

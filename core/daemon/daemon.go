@@ -24,6 +24,9 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/httpx"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -88,6 +91,9 @@ type Options struct {
 	Rand func() float64
 	// Booted, when set, is called once boot phase 4 is done.
 	Booted func()
+	// HTTPLimits bound the HTTP listener and the control API (timeouts,
+	// connections); the zero value is httpx's defaults.
+	HTTPLimits httpx.Limits
 }
 
 // Daemon is the Orchestrator: the boot sequence, the supervisors of the
@@ -203,7 +209,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 
 	// Phase 1: infrastructure.
 	t1 := d.now()
-	if err := os.MkdirAll(d.runDir, 0o750); err != nil {
+	if err := privfs.MkdirAll(d.runDir); err != nil {
 		return fmt.Errorf("data directory: %w", err)
 	}
 	lock, err := lockDir(d.runDir)
@@ -228,8 +234,8 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 		return fmt.Errorf("control token: %w", err)
 	}
 	closers = append(closers, func() { control.RemoveFiles(d.runDir) })
-	ctrlSrv := &http.Server{Handler: d.controlHandler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = ctrlSrv.Serve(ctrlLn) }()
+	ctrlSrv := httpx.NewServer(d.controlHandler(), d.o.HTTPLimits)
+	go func() { _ = ctrlSrv.Serve(httpx.Listen(ctrlLn, d.o.HTTPLimits, false, d.log)) }()
 	closers = append(closers, func() { shutdownServer(ctrlSrv) })
 
 	if d.cfg.HTTP.Listen != "" {
@@ -238,8 +244,8 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.listen %s: %w", d.cfg.HTTP.Listen, err)
 		}
 		d.httpAddr = "http://" + ln.Addr().String()
-		srv := &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = srv.Serve(ln) }()
+		srv := httpx.NewServer(d.httpHandler(), d.o.HTTPLimits)
+		go func() { _ = srv.Serve(httpx.Listen(ln, d.o.HTTPLimits, false, d.log)) }()
 		closers = append(closers, func() { shutdownServer(srv) })
 		d.log.Info().Str("addr", d.httpAddr).Msgf("daemon listening on %s", d.httpAddr)
 	}
@@ -485,16 +491,16 @@ var errRole = errors.New("wrong template role")
 // template file must be.
 func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agentSpec, error) {
 	dir := filepath.Join(d.runDir, "blueprints", id)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	path := filepath.Join(dir, res.Template.Name+".json")
-	if err := atomicfile.WriteFile(path, res.Raw, 0o440); err != nil {
+	if err := atomicfile.WriteFile(path, res.Raw, privfs.ReadOnlyMode); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	t := res.Template
 	spec := agentSpec{Template: t.Name, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
-		Workers: t.Workers, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes,
+		Workers: t.Workers, Tools: t.Tools, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes,
 		Ephemeral: t.Ephemeral && t.Role == design.RoleWorker}
 	spec.KeepEnv = secretEnvs(t)
 	return spec, nil

@@ -45,7 +45,7 @@ func TestBoot(t *testing.T) {
 	// The blueprint is frozen, read-only, and named after its template.
 	path := filepath.Join(cfg.Data, "run", "blueprints", "master", "master.json")
 	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o440 {
+	if err != nil || fi.Mode().Perm() != 0o400 {
 		t.Fatalf("frozen blueprint: %v %v", err, fi)
 	}
 	spec := e.l.launches[0]
@@ -166,6 +166,10 @@ func TestCrashloop(t *testing.T) {
 	info := e.waitState("master", control.StateCrashloop)
 	if info.Restarts != cfg.Supervise.CrashloopRestarts || !strings.Contains(info.LastError, "boom") {
 		t.Fatalf("%+v", info)
+	}
+	// No process runs: no pid (a dead one would mislead) and no address.
+	if info.PID != 0 || info.Addr != "" {
+		t.Fatalf("crashloop shows pid %d addr %q", info.PID, info.Addr)
 	}
 	n := len(e.l.eventsCopy())
 	time.Sleep(50 * time.Millisecond)

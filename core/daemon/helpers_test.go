@@ -317,6 +317,12 @@ func testResolver(extra map[string]string) *design.Resolver {
 
 func startEnv(t *testing.T, cfg *config.Config, res Resolver, prepare func(l *fakeLauncher)) *testEnv {
 	t.Helper()
+	return startEnvWith(t, cfg, res, prepare, nil)
+}
+
+// startEnvWith is startEnv with a last word on the daemon's Options.
+func startEnvWith(t *testing.T, cfg *config.Config, res Resolver, prepare func(l *fakeLauncher), opts func(*Options)) *testEnv {
+	t.Helper()
 	agents := newFakeAgents(t)
 	l := newFakeLauncher(agents.srv.URL)
 	if prepare != nil {
@@ -324,14 +330,18 @@ func startEnv(t *testing.T, cfg *config.Config, res Resolver, prepare func(l *fa
 	}
 	e := &testEnv{t: t, l: l, agents: agents, cfg: cfg, done: make(chan error, 1), states: make(chan control.AgentInfo, 1024)}
 	booted := make(chan struct{})
-	d, err := newDaemon(Options{Config: cfg, Resolver: res, Launcher: l, Version: "test",
+	o := Options{Config: cfg, Resolver: res, Launcher: l, Version: "test",
 		Log: zerolog.New(zerolog.NewTestWriter(t)), Booted: func() { close(booted) },
 		OnAgentState: func(a control.AgentInfo) {
 			select {
 			case e.states <- a:
 			default:
 			}
-		}})
+		}}
+	if opts != nil {
+		opts(&o)
+	}
+	d, err := newDaemon(o)
 	if err != nil {
 		t.Fatal(err)
 	}

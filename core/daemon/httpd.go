@@ -1,14 +1,12 @@
 package daemon
 
 import (
-	"crypto/subtle"
-	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strings"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // httpHandler is the daemon's HTTP listener (http.listen):
@@ -27,27 +25,9 @@ func (d *Daemon) httpHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("/agents/{id}/", d.proxyAgent)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tok := d.cfg.HTTP.Token; tok != "" && !fromLoopback(r) {
-			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(tok)) != 1 {
-				d.log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("http: missing or wrong token")
-				writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
-					Msg: "a valid bearer token is required from off loopback"})
-				return
-			}
-		}
-		mux.ServeHTTP(w, r)
-	})
-}
-
-func fromLoopback(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return httpx.TokenOffLoopback(d.cfg.HTTP.Token, func(remote, path string) {
+		d.log.Warn().Str("remote", remote).Str("path", path).Msg("http: missing or wrong token")
+	}, httpx.Routes(mux))
 }
 
 type health struct {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // LockFile is the daemon lock under DATA/run.
@@ -26,7 +28,7 @@ type dirLock struct {
 
 func lockDir(runDir string) (*dirLock, error) {
 	path := filepath.Join(runDir, LockFile)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o640)
+	f, err := privfs.OpenFile(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, fmt.Errorf("daemon lock: %w", err)
 	}

@@ -10,6 +10,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // RegistryFile is where the daemon keeps its workers and pending handoffs.
@@ -83,7 +85,7 @@ func (r *registry) update(fn func(d *regData)) error {
 	fn(&r.data)
 	b, err := json.MarshalIndent(&r.data, "", "  ")
 	if err == nil {
-		err = atomicfile.WriteFile(r.path, append(b, '\n'), 0o640)
+		err = atomicfile.WriteFile(r.path, append(b, '\n'), privfs.FileMode)
 	}
 	if err != nil {
 		r.data = old

@@ -20,7 +20,8 @@ type agentSpec struct {
 	Digest       string   // sha256 of the frozen bytes
 	Blueprint    string   // the frozen file
 	Requester    string   // workers: the agent that spawned it
-	Workers      []string // the template's workers (who it may spawn)
+	Workers      []string // the template's workers: what it may spawn; empty: nothing
+	Tools        []string // the template's tools; spawning needs control.ToolAgentManager
 	KeepEnv      []string // environment variables the template needs (the brain's key)
 	Storage      string   // the template's own store URL, "" for the daemon's
 	MaxTaskBytes int
@@ -175,7 +176,7 @@ func (m *member) run() {
 			n := m.recordCrash()
 			sv := m.d.cfg.Supervise
 			if n > sv.CrashloopRestarts {
-				m.setState(control.StateCrashloop, nil)
+				m.setState(control.StateCrashloop, func() { m.pid, m.addr = 0, "" }) // no process: no pid to show
 				m.d.log.Error().Str("agent", m.id).Int("crashes", n).Dur("window", sv.CrashloopWindow).Str("last_error", m.info().LastError).
 					Msgf("agent %s is in crashloop: %d crashes within %s; not restarting it until `openstarry agent restart %s`", m.id, n, sv.CrashloopWindow, m.id)
 				if !m.idle(0, &pending) {
@@ -184,7 +185,7 @@ func (m *member) run() {
 				continue
 			}
 			delay := m.d.backoff(n)
-			m.setState(control.StateBackoff, nil)
+			m.setState(control.StateBackoff, func() { m.pid, m.addr = 0, "" })
 			m.d.log.Warn().Str("agent", m.id).Int("crashes", n).Int64("backoff_ms", delay.Milliseconds()).Str("last_error", m.info().LastError).
 				Msgf("agent %s exited; restarting it in %s", m.id, delay.Round(time.Millisecond))
 			if !m.idle(delay, &pending) {

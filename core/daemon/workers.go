@@ -41,9 +41,19 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 		return nil, badRequest("a task needs a requester (header %s) to send its result to", control.HeaderAgent)
 	}
 	if rm != nil {
-		if ws := rm.getSpec().Workers; len(ws) > 0 && !slices.Contains(ws, req.Template) {
-			return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate,
-				Msg: fmt.Sprintf("template %s is not among the workers of %s's template %s: %v", req.Template, requester, rm.getSpec().Template, ws)}
+		// The requester's frozen blueprint decides: it must name the
+		// agent_manager tool, and the template among its workers; a
+		// template that names no workers may spawn none.
+		rs := rm.getSpec()
+		if err := mayManage(requester, rs); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(rs.Workers, req.Template) {
+			msg := fmt.Sprintf("template %s is not among the workers of %s's template %s: %v", req.Template, requester, rs.Template, rs.Workers)
+			if len(rs.Workers) == 0 {
+				msg = fmt.Sprintf("%s's template %s names no workers: it may spawn none", requester, rs.Template)
+			}
+			return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate, Msg: msg}
 		}
 	}
 	id := req.AgentID
@@ -105,6 +115,16 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 		out.ResultTaskID = control.ResultTaskID(id, h.TaskID)
 	}
 	return out, nil
+}
+
+// mayManage refuses agent id the control API's agent_manager actions
+// unless its frozen blueprint names the agent_manager tool.
+func mayManage(id string, spec agentSpec) error {
+	if slices.Contains(spec.Tools, control.ToolAgentManager) {
+		return nil
+	}
+	return &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
+		Msg: fmt.Sprintf("agent %s's template %s has no %s tool: it may not spawn, list or stop workers", id, spec.Template, control.ToolAgentManager)}
 }
 
 // waitFirstOutcome waits until m's first process is running or has ended.

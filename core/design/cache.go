@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // The cache holds, per template, the last good copy the design layer served:
@@ -90,11 +92,11 @@ func readCache(dir, name string, v Validator, keys []ed25519.PublicKey) (*cacheE
 
 // writeCache stores raw and its sidecar atomically, body first.
 func writeCache(dir, name string, raw []byte, m cacheMeta) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return fmt.Errorf("design: cache: %w", err)
 	}
 	dataPath, metaPath := cachePaths(dir, name)
-	if err := atomicfile.WriteFile(dataPath, raw, 0o644); err != nil {
+	if err := atomicfile.WriteFile(dataPath, raw, privfs.FileMode); err != nil {
 		return err
 	}
 	return writeMeta(metaPath, m)
@@ -105,7 +107,7 @@ func writeMeta(path string, m cacheMeta) error {
 	if err != nil {
 		return fmt.Errorf("design: cache: %w", err)
 	}
-	return atomicfile.WriteFile(path, append(mb, '\n'), 0o644)
+	return atomicfile.WriteFile(path, append(mb, '\n'), privfs.FileMode)
 }
 
 // removeCache deletes an entry, sidecar first so that a crash in between

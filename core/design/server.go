@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // Error codes of the design layer's JSON errors {"error": "...", "code": "..."}.
@@ -167,11 +169,7 @@ func writeJSON(w http.ResponseWriter, r *http.Request, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	data, _ := json.Marshal(map[string]string{"error": msg, "code": code})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)+1))
-	w.WriteHeader(status)
-	w.Write(append(data, '\n'))
+	httpx.Error(w, status, code, msg)
 }
 
 // statusWriter remembers the status and size for the request log.

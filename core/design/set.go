@@ -88,6 +88,32 @@ type candidate struct {
 	t    *Template // decoded when the single-template rules passed
 	sig  string    // content of the .sig file
 	errs ValidationErrors
+	// loose is what could be read of an invalid template (role and
+	// workers), so that the set rules report on it too: every error of a
+	// file is listed at once, not one rule at a time.
+	loose looseTemplate
+}
+
+// looseTemplate is the part of a template the set rules need, read without
+// validation (fields of the wrong type stay empty).
+type looseTemplate struct {
+	Role    string   `json:"role"`
+	Workers []string `json:"workers"`
+}
+
+// role and workers are the candidate's, valid or not.
+func (c *candidate) role() string {
+	if c.t != nil {
+		return c.t.Role
+	}
+	return c.loose.Role
+}
+
+func (c *candidate) workers() []string {
+	if c.t != nil {
+		return c.t.Workers
+	}
+	return c.loose.Workers
 }
 
 func (v Validator) load(fsys fs.FS, label func(string) string) (*Set, error) {
@@ -130,10 +156,13 @@ func (v Validator) load(fsys fs.FS, label func(string) string) (*Set, error) {
 		byFile[c.base] = c
 	}
 	for _, c := range cands {
-		if c.t == nil || c.t.Role != RoleMaster {
+		if c.role() != RoleMaster {
 			continue
 		}
-		for i, w := range c.t.Workers {
+		for i, w := range c.workers() {
+			if !ValidName(w) {
+				continue // the schema reported it
+			}
 			at := fmt.Sprintf("/workers/%d", i)
 			wc, ok := byName[w]
 			if !ok {
@@ -179,6 +208,9 @@ func (v Validator) loadOne(fsys fs.FS, base, file string) *candidate {
 	c.raw = data
 	t, errs := v.check(file, data)
 	c.t = t
+	if t == nil {
+		_ = json.Unmarshal(data, &c.loose) // best effort: what it cannot read stays empty
+	}
 	if name := docName(data); ValidName(name) && name+".json" != base {
 		errs = append(errs, ValidationError{File: file, Path: "/name", Rule: RuleFileName,
 			Message: fmt.Sprintf("name %q does not match the file name %q (want %s.json)", name, base, name)})

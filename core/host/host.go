@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -123,10 +122,7 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("template %s: %w", t.Name, err)
 	}
-	art := ArtifactsDir(a.DataDir, a.ID)
-	if err := os.MkdirAll(art, 0o750); err != nil {
-		return nil, fmt.Errorf("artifacts directory: %w", err)
-	}
+	art := ArtifactsDir(a.DataDir, a.ID) // made and opened by agent.Start
 	services := a.Services
 	var mem memory.Engine
 	if t.Memory != "" {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // ErrAgentRunning is returned by LockAgent when another process holds the
@@ -19,11 +21,11 @@ type AgentLock struct{ f *os.File }
 // LockAgent takes the agent's lock without waiting.
 func LockAgent(dataDir, agentID string) (*AgentLock, error) {
 	dir := filepath.Join(dataDir, "agents", agentID)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, "agent.lock")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := privfs.OpenFile(path, os.O_RDWR|os.O_CREATE)
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func init() {
@@ -41,8 +43,9 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	return nil
 }
 
-// InsideDir resolves rel inside dir, refusing absolute paths and any path
-// that escapes dir.
+// InsideDir resolves rel inside dir lexically, refusing absolute paths and
+// any path that escapes dir by "..". It does not see symbolic links: file
+// tools open paths through Artifacts, which does.
 func InsideDir(dir, rel string) (string, error) {
 	if rel == "" {
 		return "", errors.New("empty path")
@@ -68,14 +71,14 @@ func fileAppend(ctx context.Context, env Env, raw json.RawMessage) (json.RawMess
 	if strings.ContainsAny(args.Line, "\n\r") {
 		return nil, errors.New("line must not contain a newline")
 	}
-	path, err := InsideDir(env.ArtifactsDir, args.File)
+	art, err := env.artifacts()
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
-		return nil, err
+	if env.Artifacts == nil {
+		defer art.Close()
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o640)
+	f, err := art.OpenFile(args.File, os.O_WRONLY|os.O_APPEND|os.O_CREATE, privfs.FileMode)
 	if err != nil {
 		return nil, err
 	}

@@ -24,10 +24,26 @@ type Env struct {
 	AgentID      string
 	TaskID       string
 	ArtifactsDir string // the agent's artifacts directory; file tools stay inside it
-	Log          zerolog.Logger
+	// Artifacts is ArtifactsDir opened once for the agent's life; file
+	// tools open every path through it. Nil: a tool opens ArtifactsDir
+	// for the one call (tests, tools run outside an agent).
+	Artifacts *Artifacts
+	Log       zerolog.Logger
 	// Services holds host-provided capabilities by name (the daemon's control
 	// client for agent_manager, for example). Tools type-assert what they need.
 	Services map[string]any
+}
+
+// artifacts returns env.Artifacts, or ArtifactsDir opened for one call
+// (the caller closes it then).
+func (env Env) artifacts() (*Artifacts, error) {
+	if env.Artifacts != nil {
+		return env.Artifacts, nil
+	}
+	if env.ArtifactsDir == "" {
+		return nil, errors.New("this agent has no artifacts directory")
+	}
+	return OpenArtifacts(env.ArtifactsDir)
 }
 
 // Tool is one callable capability.

@@ -26,7 +26,7 @@
 //
 // # Layout
 //
-//	{dir}/{agent_id}/state.db    one bbolt file per agent (directories 0o750, file 0o600)
+//	{dir}/{agent_id}/state.db    one bbolt file per agent (directories 0700, file 0600, whatever the umask)
 //
 // Agent ids are checked with agent.ValidateID before any path is built from
 // them. Inside the file, the "snapshot" bucket holds generation records

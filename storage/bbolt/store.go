@@ -23,6 +23,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // FileName is the name of an agent's file inside its directory.
@@ -172,7 +174,10 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	// The whole path made durable: a name on it lost in a power cut
 	// would lose every agent under it.
-	if err := atomicfile.MkdirAll(abs, 0o750); err != nil {
+	if err := privfs.MkdirAll(abs); err != nil {
+		return nil, fmt.Errorf("bbolt: open %s: %w", abs, err)
+	}
+	if err := atomicfile.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("bbolt: open: %w", err)
 	}
 	if fi, err := os.Stat(abs); err != nil {
@@ -287,7 +292,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		}
 	}()
 	bo := s.tune.bolt
-	db, err := bolt.Open(a.path, 0o600, &bo)
+	db, err := bolt.Open(a.path, privfs.FileMode, &bo)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return false, &lockedError{id: a.id, path: a.path}
@@ -349,7 +354,7 @@ const tmpPrefix = FileName + ".new-"
 // agent. A temporary file left by a crash is removed with the agent.
 func (s *Store) create(a *agentStore) error {
 	dir := filepath.Dir(a.path)
-	if err := os.MkdirAll(dir, 0o750); err != nil {
+	if err := privfs.MkdirAll(dir); err != nil {
 		return err
 	}
 	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")

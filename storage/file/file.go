@@ -19,6 +19,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func init() {
@@ -119,7 +121,10 @@ func Open(ctx context.Context, dir string, o Options) (*Store, error) {
 	}
 	// The whole path made durable: a name on it lost in a power cut
 	// would lose every snapshot under it.
-	if err := atomicfile.MkdirAll(abs, 0o750); err != nil {
+	if err := privfs.MkdirAll(abs); err != nil {
+		return nil, fmt.Errorf("file: open %s: %w", abs, err)
+	}
+	if err := atomicfile.MkdirAll(abs, 0o700); err != nil {
 		return nil, fmt.Errorf("file: open %s: %w", abs, err)
 	}
 	s := &Store{dir: abs, log: o.Logger, ret: backend.Retention(o.Retention), now: o.Now}

@@ -24,6 +24,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
+
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func init() {
@@ -155,14 +157,32 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
+	if err := privfs.MkdirAll(filepath.Dir(abs)); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
 	// The whole path made durable: a name on it lost in a power cut
 	// would lose the database. SQLite makes the file's own name durable
 	// (it fsyncs the directory when it creates the WAL).
-	if err := atomicfile.MkdirAll(filepath.Dir(abs), 0o750); err != nil {
+	if err := atomicfile.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
 	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	// SQLite creates a new database 0644 and fchmods it so, whatever the
+	// umask, and gives its -wal and -shm files the mode of the database.
+	// A private empty file made first is what it opens (an empty file is
+	// a new database), so all three are 0600. Files an older version made
+	// wider are narrowed.
+	if err := privfs.Create(abs); err != nil {
+		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+	}
+	for _, p := range []string{abs, abs + "-wal", abs + "-shm"} {
+		if changed, err := privfs.Tighten(p); err != nil {
+			return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
+		} else if changed {
+			o.Logger.Warn().Str("path", p).Msg("sqlite: the file was readable by other users; made private (0600)")
+		}
 	}
 	db, err := sql.Open("sqlite", dsn(abs))
 	if err != nil {

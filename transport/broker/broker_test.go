@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,6 +175,54 @@ func TestBrokerUsersFile(t *testing.T) {
 			t.Errorf("%s: LoadUsers accepted %s", name, body)
 		}
 	}
+}
+
+// TestBrokerRefusalLogged: with the broker's logger at info (the default)
+// and its chatter demoted, a client refused for a bad password is logged
+// at warn with its user name, so an operator sees why a hub cannot log in.
+func TestBrokerRefusalLogged(t *testing.T) {
+	h, _ := HashPassword("dev1-pw")
+	var mu sync.Mutex
+	var buf bytes.Buffer
+	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Users: []User{{Username: "dev1", PasswordHash: h}},
+		Log: zerolog.New(lockedWriter{&mu, &buf}).Level(zerolog.InfoLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if r := connect(t, b.URL(), "wrong", "dev1", "nope", true, nil); r.err == nil {
+		t.Fatal("wrong password accepted")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		mu.Lock()
+		logs := buf.String()
+		mu.Unlock()
+		if strings.Contains(logs, `"level":"warn"`) && strings.Contains(logs, "refused client: bad user name or password") &&
+			strings.Contains(logs, `"username":"dev1"`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning for the refused client at info level:\n%s", logs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(buf.String(), `"level":"debug"`) {
+		t.Fatalf("debug lines at info level:\n%s", buf.String())
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func TestBrokerAuthAndACL(t *testing.T) {

@@ -47,12 +47,11 @@ func zlevel(l slog.Level) zerolog.Level {
 	}
 }
 
-// Enabled reports whether the zerolog logger writes at level l.
+// Enabled reports whether the zerolog logger writes at level l. Demote
+// can only lower a record's level, so a record is wanted when its own
+// level is: Handle drops it if it is demoted below the logger's level.
 func (h *SlogHandler) Enabled(_ context.Context, l slog.Level) bool {
 	zl := zlevel(l)
-	if h.Demote != nil {
-		zl = zerolog.DebugLevel // the record may be demoted: decide in Handle
-	}
 	return zl >= h.log.GetLevel() && zl >= zerolog.GlobalLevel()
 }
 

@@ -2,19 +2,15 @@ package httpapi
 
 import (
 	"context"
-	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // Agents finds the running agents the API serves.
@@ -44,8 +40,9 @@ type Options struct {
 
 // Server is the HTTP handler.
 type Server struct {
-	opts Options
-	mux  *http.ServeMux
+	opts    Options
+	mux     *http.ServeMux
+	handler http.Handler // mux behind the token check, unknown routes in JSON
 }
 
 // New returns the API handler.
@@ -60,6 +57,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
+	s.handler = httpx.TokenOffLoopback(opts.Token, s.tokenRefused, httpx.Routes(s.mux))
 	return s
 }
 
@@ -67,27 +65,10 @@ func New(opts Options) *Server {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Token != "" && !fromLoopback(r) && !tokenOK(r, s.opts.Token) {
-		s.opts.Log.Warn().Str("remote", r.RemoteAddr).Str("path", r.URL.Path).Msg("http: missing or wrong token")
-		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required from off loopback")
-		return
-	}
-	s.mux.ServeHTTP(w, r)
-}
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
 
-func fromLoopback(r *http.Request) bool {
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return false
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
-func tokenOK(r *http.Request, token string) bool {
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+func (s *Server) tokenRefused(remote, path string) {
+	s.opts.Log.Warn().Str("remote", remote).Str("path", path).Msg("http: missing or wrong token")
 }
 
 func (s *Server) agent(w http.ResponseWriter, r *http.Request) *agent.Runtime {
@@ -108,9 +89,17 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 	if rt == nil {
 		return
 	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, int64(s.opts.MaxTaskBytes)+1))
+	body, err := httpx.ReadBody(w, r, s.opts.MaxTaskBytes)
+	if errors.Is(err, httpx.ErrTooLarge) {
+		s.opts.Log.Warn().Str("agent", rt.ID()).Str("code", agent.CodeTooLarge).Int64("content_length", r.ContentLength).
+			Msg("http: task rejected: body over the limit")
+		writeError(w, http.StatusBadRequest, agent.CodeTooLarge,
+			fmt.Sprintf("task is over the limit of %d bytes", s.opts.MaxTaskBytes))
+		return
+	}
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "bad_body", "reading the body: "+err.Error())
+		s.opts.Log.Warn().Str("agent", rt.ID()).Err(err).Msg("http: task body not read")
+		writeError(w, http.StatusBadRequest, httpx.CodeBadBody, "reading the body: "+err.Error())
 		return
 	}
 	task, err := agent.DecodeTask(body, s.opts.MaxTaskBytes)
@@ -238,18 +227,13 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(append(data, '\n'))
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(v)
-}
+func writeJSON(w http.ResponseWriter, status int, v any) { httpx.JSON(w, status, v) }
 
-// WriteError writes the JSON error body {"error","code"}.
+// WriteError writes the JSON error body {"error","code"} (see core/httpx).
 func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	writeError(w, status, code, msg)
+	httpx.Error(w, status, code, msg)
 }
 
 func writeError(w http.ResponseWriter, status int, code, msg string) {
-	writeJSON(w, status, map[string]string{"error": msg, "code": code})
+	httpx.Error(w, status, code, msg)
 }

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
 )
@@ -46,6 +48,9 @@ func do(t *testing.T, h http.Handler, method, path, body, remote, auth string) (
 	}
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
+	if n := strings.Count(rec.Body.String(), "\n"); n != 1 || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("%s %s: not one line of JSON: %q", method, path, rec.Body.String())
+	}
 	var out map[string]any
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		t.Fatalf("%s %s: body is not JSON: %q", method, path, rec.Body.String())
@@ -69,6 +74,10 @@ func TestTaskAPI(t *testing.T) {
 		{"unknown agent", "POST", "/agents/zz/tasks", `{"task_id":"t2"}`, 404, "unknown_agent"},
 		{"unknown task", "GET", "/agents/a1/tasks/nope", ``, 404, "unknown_task"},
 		{"health", "GET", "/healthz", ``, 200, ""},
+		{"duplicate key", "POST", "/agents/a1/tasks", `{"task_id":"a","task_id":"b"}`, 400, "bad_json"},
+		{"unknown route", "GET", "/nope", ``, 404, "not_found"},
+		{"wrong method", "DELETE", "/agents/a1/tasks", ``, 405, "method_not_allowed"},
+		{"wrong method on a task", "POST", "/agents/a1/tasks/t1", `{}`, 405, "method_not_allowed"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -95,6 +104,42 @@ func TestTaskAPI(t *testing.T) {
 	status, body := do(t, h, "GET", "/agents/a1/snapshot", "", "", "")
 	if status != 200 || body["agent_id"] != "a1" || body["tick_index"].(float64) < 1 {
 		t.Fatalf("snapshot = %d %v", status, body)
+	}
+}
+
+// TestNonASCIIID: an id refused for a non-ASCII character is quoted as
+// that character, in valid UTF-8, in the JSON answer.
+func TestNonASCIIID(t *testing.T) {
+	h, _ := newAPI(t, "")
+	status, body := do(t, h, "POST", "/agents/a1/tasks", `{"task_id":"tâche"}`, "", "")
+	if msg, _ := body["error"].(string); status != 400 || !strings.Contains(msg, "'â'") || strings.Contains(msg, "Ã") {
+		t.Fatalf("%d %v", status, body)
+	}
+}
+
+// TestTooLargeOverTheWire: a 10 MB task on a real listener is answered
+// 400 too_large every time, not a connection reset.
+func TestTooLargeOverTheWire(t *testing.T) {
+	h, _ := newAPI(t, "")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httpx.NewServer(h, httpx.Limits{})
+	go func() { _ = srv.Serve(httpx.Listen(ln, httpx.Limits{}, false, zerolog.Nop())) }()
+	defer srv.Close()
+	big := `{"task_id":"big","input":"` + strings.Repeat("x", 10<<20) + `"}`
+	for i := range 6 {
+		resp, err := http.Post("http://"+ln.Addr().String()+"/agents/a1/tasks", "application/json", strings.NewReader(big))
+		if err != nil {
+			t.Fatalf("try %d: %v", i, err)
+		}
+		var e struct{ Error, Code string }
+		err = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 400 || e.Code != "too_large" {
+			t.Fatalf("try %d: %d %+v %v", i, resp.StatusCode, e, err)
+		}
 	}
 }
 

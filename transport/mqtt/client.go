@@ -87,6 +87,7 @@ type Client struct {
 
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
 	store      *resumeStore // paho's store; tells which publications paho resumed
+	rejected   *rejectedSet // retained messages already dead-lettered
 
 	received, accepted, duplicates, deadLettered, published atomic.Uint64
 	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
@@ -108,6 +109,7 @@ func New(cfg Config) (*Client, error) {
 		subscribed: make(chan struct{}),
 		progress:   make(chan progressMsg, 256),
 		store:      newResumeStore(),
+		rejected:   newRejectedSet(cfg.StateDir),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())

@@ -82,6 +82,11 @@ type Config struct {
 	// finish. Default 4096.
 	MaxPendingSubmits int
 
+	// StateDir is where the client remembers, across restarts, the
+	// retained messages it dead-lettered (RejectedFile); the agent's
+	// directory. Empty: it remembers them for the process's life only.
+	StateDir string
+
 	Log zerolog.Logger
 	Now func() time.Time
 }

@@ -33,6 +33,14 @@ func (c *Client) onTask(_ paho.Client, m paho.Message) {
 
 // take decodes one message and submits or rejects it.
 func (c *Client) take(m paho.Message) {
+	if len(m.Payload()) == 0 {
+		// A zero-length message clears a retained one (this client's own
+		// clearing of a retained bad message comes back this way): no task.
+		<-c.sem
+		c.log.Debug().Str("topic", m.Topic()).Msg("mqtt: empty message (a retained message cleared) acknowledged")
+		m.Ack()
+		return
+	}
 	task, err := agent.DecodeTask(m.Payload(), c.cfg.MaxTaskBytes)
 	if err != nil {
 		c.reject(m, err)
@@ -126,13 +134,34 @@ type deadLetter struct {
 }
 
 // reject publishes a message that is not a task to the dead letter topic
-// and acknowledges it.
+// and acknowledges it. A retained one is dead-lettered once (its digest is
+// remembered in Config.StateDir) and its retained copy cleared.
 func (c *Client) reject(m paho.Message, err error) {
 	defer func() { <-c.sem }()
 	code := agent.CodeBadJSON
 	var te *agent.TaskError
 	if errors.As(err, &te) {
 		code = te.Code
+	}
+	var digest string
+	if m.Retained() {
+		// The broker hands a retained message again at every subscription:
+		// dead-letter it once, then clear the retained copy.
+		digest = retainedDigest(m.Topic(), m.Payload())
+		seen, err := c.rejected.seen(digest)
+		if err != nil {
+			c.log.Warn().Err(err).Msg("mqtt: the list of dead-lettered retained messages is unreadable; starting a new one")
+		}
+		if seen {
+			// Its copy was cleared when it was dead-lettered; that it is
+			// here again means the broker kept it (an ACL that refuses the
+			// device a write on its task topic; Mosquitto then also drops
+			// the connection): clearing it again would only loop.
+			c.log.Info().Str("topic", m.Topic()).Str("digest", digest[:16]).
+				Msg("mqtt: retained message dead-lettered before; acknowledged, not dead-lettered again (the broker keeps its retained copy: clear it at the hub)")
+			m.Ack()
+			return
+		}
 	}
 	p := m.Payload()
 	dl := deadLetter{Reason: err.Error(), Code: code, Topic: m.Topic(), PayloadBytes: len(p),
@@ -152,7 +181,27 @@ func (c *Client) reject(m paho.Message, err error) {
 	if err := waitToken(c.ctx, c.pc.Publish(c.topics.DeadLetter, 1, false, body), c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Msg("mqtt: publishing a dead letter failed; the message is acknowledged anyway")
 	}
+	if digest != "" {
+		if err := c.rejected.add(digest); err != nil {
+			c.log.Warn().Err(err).Msg("mqtt: could not remember a dead-lettered retained message; it may be dead-lettered again after a restart")
+		}
+		m.Ack()
+		c.clearRetained(m.Topic())
+		return
+	}
 	m.Ack()
+}
+
+// clearRetained publishes an empty retained message to topic, which makes
+// the broker drop its retained copy. A broker whose ACL refuses it keeps
+// the copy; the digest remembered in StateDir still keeps it from being
+// dead-lettered twice.
+func (c *Client) clearRetained(topic string) {
+	if err := waitToken(c.ctx, c.pc.Publish(topic, 1, true, []byte{}), c.cfg.PublishTimeout); err != nil {
+		c.log.Warn().Err(err).Str("topic", topic).Msg("mqtt: clearing a retained bad message failed")
+		return
+	}
+	c.log.Info().Str("topic", topic).Msg("mqtt: retained bad message cleared")
 }
 
 // trimPartialRune drops a rune cut in two at the end of p.

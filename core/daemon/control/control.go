@@ -48,6 +48,10 @@ const (
 	RoleWorker = "worker"
 )
 
+// ToolAgentManager is the tool a template must name for its agent to use
+// POST /v1/manage at all.
+const ToolAgentManager = "agent_manager"
+
 // Actions of AgentRequest.
 const (
 	ActionSpawn = "spawn"

@@ -321,6 +321,12 @@ type Collector struct {
 // session under clientID.
 func Collect(t testing.TB, url, clientID string, clean bool, filters ...string) *Collector {
 	t.Helper()
+	return CollectAs(t, url, clientID, "", "", clean, filters...)
+}
+
+// CollectAs is Collect logged in as user (no user name when user is "").
+func CollectAs(t testing.TB, url, clientID, user, password string, clean bool, filters ...string) *Collector {
+	t.Helper()
 	c := &Collector{}
 	subs := map[string]byte{}
 	for _, f := range filters {
@@ -343,6 +349,9 @@ func Collect(t testing.TB, url, clientID string, clean bool, filters ...string) 
 			default:
 			}
 		})
+	if user != "" {
+		o.SetUsername(user).SetPassword(password)
+	}
 	c.Client = paho.NewClient(o)
 	c.Client.Connect()
 	select {
