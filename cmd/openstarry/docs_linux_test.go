@@ -189,12 +189,13 @@ exit $rc
 
 // docEnv is the examples' environment: the test's, with bin first on PATH,
 // HOME in the scratch directory and no OPENSTARRY_* setting, as a newcomer
-// would have it.
+// would have it. Proxy settings are dropped too: nothing outside the network
+// namespace can be reached, and curl would send 127.0.0.1 to the proxy.
 func docEnv(work string) []string {
 	env := []string{"PATH=" + filepath.Join(work, "bin") + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME=" + work}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == "PATH" || k == "HOME" || strings.HasPrefix(k, "OPENSTARRY_") {
+		if k == "PATH" || k == "HOME" || strings.HasPrefix(k, "OPENSTARRY_") || strings.HasSuffix(strings.ToLower(k), "_proxy") {
 			continue
 		}
 		env = append(env, kv)
