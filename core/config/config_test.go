@@ -200,15 +200,15 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestReadmeTable: the README section documents every key.
-func TestReadmeTable(t *testing.T) {
-	data, err := os.ReadFile("../../README.md")
+// TestConfigurationDocTable: docs/configuration.md documents every key.
+func TestConfigurationDocTable(t *testing.T) {
+	data, err := os.ReadFile("../../docs/configuration.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range Keys {
 		if !strings.Contains(string(data), "| `"+k.Name+"` | `"+k.Env+"` |") {
-			t.Errorf("README.md has no row for %s (%s)", k.Name, k.Env)
+			t.Errorf("docs/configuration.md has no row for %s (%s)", k.Name, k.Env)
 		}
 	}
 }
