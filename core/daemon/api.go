@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
@@ -210,6 +211,9 @@ type snapInfo struct {
 	Status    string            `json:"status"`
 	Queue     []json.RawMessage `json:"event_queue_backup"`
 	Outbox    []json.RawMessage `json:"outbox"`
+	Memory    struct {
+		History []agent.Message `json:"short_term_history"`
+	} `json:"memory"`
 }
 
 func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
@@ -232,6 +236,24 @@ func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 		return
 	}
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
+	for i := len(s.Memory.History) - 1; i >= 0; i-- {
+		if m := s.Memory.History[i]; m.Role == "assistant" && m.TaskID != "" {
+			a.LastTask, a.LastResult = m.TaskID, clipRunes(m.Content, 200)
+			break
+		}
+	}
+}
+
+// clipRunes cuts s to at most n characters, at a character boundary.
+func clipRunes(s string, n int) string {
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j] + "…"
+		}
+		i++
+	}
+	return s
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -87,6 +87,10 @@ type Options struct {
 	Rand func() float64
 	// Booted, when set, is called once boot phase 4 is done.
 	Booted func()
+	// Web, when set, wraps the HTTP listener's handler: it serves the web
+	// UI and may let a browser session stand for http.token
+	// (transport/webui). The daemon's own routes are the handler it gets.
+	Web func(api http.Handler) http.Handler
 }
 
 // Daemon is the Orchestrator: the boot sequence, the supervisors of the
@@ -235,7 +239,11 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.listen %s: %w", d.cfg.HTTP.Listen, err)
 		}
 		d.httpAddr = "http://" + ln.Addr().String()
-		srv := &http.Server{Handler: d.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+		h := d.httpHandler()
+		if d.o.Web != nil {
+			h = d.o.Web(h)
+		}
+		srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = srv.Serve(ln) }()
 		closers = append(closers, func() { shutdownServer(srv) })
 		d.log.Info().Str("addr", d.httpAddr).Msgf("daemon listening on %s", d.httpAddr)

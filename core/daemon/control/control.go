@@ -98,6 +98,10 @@ type AgentInfo struct {
 	Queue          int    `json:"queue"`
 	Outbox         int    `json:"outbox"`
 	SnapshotStatus string `json:"snapshot_status,omitempty"`
+	// The newest answer in the agent's dialogue window: its task id and
+	// its first 200 characters.
+	LastTask   string `json:"last_task,omitempty"`
+	LastResult string `json:"last_result,omitempty"`
 }
 
 // Interruption is an agent whose snapshot was not closed cleanly when the
