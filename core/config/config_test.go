@@ -200,15 +200,24 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// TestReadmeTable: the README section documents every key.
+// TestReadmeTable: the README or a page of docs/ documents every key in a
+// table row.
 func TestReadmeTable(t *testing.T) {
 	data, err := os.ReadFile("../../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
+	pages, _ := filepath.Glob("../../docs/*.md")
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b...)
+	}
 	for _, k := range Keys {
 		if !strings.Contains(string(data), "| `"+k.Name+"` | `"+k.Env+"` |") {
-			t.Errorf("README.md has no row for %s (%s)", k.Name, k.Env)
+			t.Errorf("neither README.md nor docs/ has a row for %s (%s)", k.Name, k.Env)
 		}
 	}
 }

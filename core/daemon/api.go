@@ -36,6 +36,7 @@ func (d *Daemon) controlHandler() http.Handler {
 	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
 	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
 	mux.HandleFunc("POST /v1/manage", d.handleManage)
+	mux.HandleFunc("POST /v1/sessions/{op}", d.handleSessionTool)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if ok && subtle.ConstantTimeCompare([]byte(got), []byte(d.token)) == 1 {
@@ -186,7 +187,8 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 	ms := d.sortedMembers()
 	d.mu.Lock()
 	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
-		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...)}
+		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
+		PreviousRun: d.previousRun}
 	d.mu.Unlock()
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup

@@ -23,6 +23,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/session"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -112,6 +113,9 @@ type Daemon struct {
 	lock     *dirLock
 	reg      *registry
 	started  time.Time
+
+	sess        *session.Manager // session continuity: DATA/sessions.db, opened in phase 1
+	previousRun string           // how the previous run ended (boot journal): none, clean, crash, power_loss
 
 	life       context.Context // ends at shutdown: handoffs stop
 	cancelLife context.CancelFunc
@@ -216,6 +220,14 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	if d.reg, err = openRegistry(d.runDir); err != nil {
 		return err
 	}
+	// The state database before anything can use it: sessions.db opened
+	// and migrated, sessions the previous run left open marked interrupted.
+	if err := d.openSessions(ctx); err != nil {
+		return err
+	}
+	// Every return from here is an orderly stop (a kill -9 runs nothing):
+	// open sessions end as shutdown, and the journal records the clean stop.
+	closers = append(closers, func() { d.closeSessions(true) })
 	if d.token, err = control.NewToken(); err != nil {
 		return err
 	}
@@ -320,6 +332,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.mu.Lock()
 	d.booted = true
 	d.mu.Unlock()
+	d.startSessions(ctx)
 	d.phaseDone(4, "workers", "phase 4/4 workers on demand ready", t4, d.log.Info().Int("restored_workers", restored))
 	d.log.Info().Int64("duration_ms", d.now().Sub(d.started).Milliseconds()).Msg("boot complete")
 	if d.o.Booted != nil {

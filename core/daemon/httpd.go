@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"crypto/subtle"
+	"encoding/json"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -27,6 +28,9 @@ func (d *Daemon) httpHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("/agents/{id}/", d.proxyAgent)
+	if d.sess != nil {
+		d.sess.Routes(mux)
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if tok := d.cfg.HTTP.Token; tok != "" && !fromLoopback(r) {
 			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
@@ -37,8 +41,40 @@ func (d *Daemon) httpHandler() http.Handler {
 				return
 			}
 		}
+		if _, pattern := mux.Handler(r); pattern == "" {
+			// No route: the mux's own 404 or 405, as one line of JSON.
+			mux.ServeHTTP(&jsonMiss{ResponseWriter: w}, r)
+			return
+		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// jsonMiss turns the mux's plain-text 404 and 405 into the API's
+// one-line JSON errors.
+type jsonMiss struct {
+	http.ResponseWriter
+	done bool
+}
+
+func (j *jsonMiss) WriteHeader(code int) {
+	msg, c := "no such route", "not_found"
+	if code == http.StatusMethodNotAllowed {
+		msg, c = "method not allowed here (allowed: "+j.Header().Get("Allow")+")", "method_not_allowed"
+	}
+	j.Header().Set("Content-Type", "application/json")
+	j.Header().Del("X-Content-Type-Options")
+	j.ResponseWriter.WriteHeader(code)
+	b, _ := json.Marshal(map[string]string{"error": msg, "code": c})
+	_, _ = j.ResponseWriter.Write(append(b, '\n'))
+	j.done = true
+}
+
+func (j *jsonMiss) Write(p []byte) (int, error) {
+	if j.done {
+		return len(p), nil
+	}
+	return j.ResponseWriter.Write(p)
 }
 
 func fromLoopback(r *http.Request) bool {

@@ -131,6 +131,10 @@ type Status struct {
 	Phases      []Phase        `json:"phases"`
 	Agents      []AgentInfo    `json:"agents"`
 	Interrupted []Interruption `json:"interrupted,omitempty"`
+	// PreviousRun is how the daemon's previous run ended, from its boot
+	// journal: none, clean, crash (no clean stop) or power_loss (no clean
+	// stop, and the machine booted since).
+	PreviousRun string `json:"previous_run,omitempty"`
 }
 
 // Error is the JSON body of a failed request, and the error the Client
