@@ -5,7 +5,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -229,4 +232,204 @@ func TestWebUILogin(t *testing.T) {
 	if status != 401 {
 		t.Errorf("GET /status after logout: %d, want 401", status)
 	}
+}
+
+// callJSON calls the daemon's HTTP API and decodes the answer into out (when
+// not nil); it fails the test on a status other than want.
+func callJSON(t *testing.T, method, url string, body any, want int, out any) {
+	t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Fatalf("%s %s: %d %s, want %d", method, url, resp.StatusCode, data, want)
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, url, err, data)
+		}
+	}
+}
+
+// uiProject is what the test reads of a project view.
+type uiProject struct {
+	ID        string `json:"id"`
+	SessionID string `json:"session_id"`
+	Status    string `json:"status"`
+	Tasks     []struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+		State  string `json:"state"`
+	} `json:"tasks"`
+	Sessions []struct {
+		ID     string `json:"id"`
+		Parent string `json:"parent_session_id"`
+		Status string `json:"status"`
+		Reason string `json:"interruption_reason"`
+	} `json:"sessions"`
+}
+
+// waitProject polls a project until cond holds.
+func waitProject(t *testing.T, base, id string, what string, cond func(uiProject) bool, logs func() string) uiProject {
+	t.Helper()
+	var p uiProject
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		callJSON(t, "GET", base+"/projects/"+id, nil, 200, &p)
+		if cond(p) {
+			return p
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("project %s: %s: not within 30 s; last %+v\n%s", id, what, p, logs())
+	return p
+}
+
+func taskStatus(p uiProject, i int) string {
+	if i >= len(p.Tasks) {
+		return ""
+	}
+	return p.Tasks[i].Status
+}
+
+// TestWebUISessions: through the pages of a real daemon in a real browser,
+// a project interrupted by a SIGKILL of the daemon shows an enabled Resume
+// button (and a running one a disabled button); clicking it creates a child
+// session that appears in the history and finishes the remaining tasks;
+// approving a pending approval releases the task waiting for it, and the
+// history shows the decision.
+func TestWebUISessions(t *testing.T) {
+	data := dataDir(t)
+	cfg := daemonConfig(t, data, "")
+	d := startDaemon(t, cfg)
+	base := d.url()
+
+	// A plan whose second task is under way when the daemon is killed.
+	var interrupted uiProject
+	callJSON(t, "POST", base+"/projects", map[string]any{
+		"name": "Nightly build", "description": "compile, test for a while, then package",
+		"tasks": []map[string]any{
+			{"phase": 1, "type": "compile", "name": "compile", "input": "compiled"},
+			{"phase": 1, "type": "test", "name": "long test run", "depends_on": []int{0},
+				"input": map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": 2500}}}}},
+			{"phase": 2, "type": "package", "name": "package", "input": "packaged", "depends_on": []int{1}},
+		}}, 201, &interrupted)
+	waitProject(t, base, interrupted.ID, "second task under way", func(p uiProject) bool {
+		return taskStatus(p, 0) == "completed" && taskStatus(p, 1) == "in_progress"
+	}, d.logs)
+	d.kill()
+	d = startDaemon(t, cfg)
+	base = d.url()
+	p := waitProject(t, base, interrupted.ID, "interrupted", func(p uiProject) bool { return p.Status == "interrupted" }, d.logs)
+	oldSession := p.SessionID
+
+	// A plan with an approval gate before its last task.
+	var gated uiProject
+	callJSON(t, "POST", base+"/projects", map[string]any{
+		"name": "Release notes", "description": "draft, reviewed by a person, then published",
+		"tasks": []map[string]any{
+			{"phase": 1, "type": "draft", "name": "draft the notes", "input": "draft v1", "approval": true},
+			{"phase": 1, "type": "publish", "name": "publish", "input": "published", "depends_on": []int{0}},
+		}}, 201, &gated)
+	waitProject(t, base, gated.ID, "waiting for approval", func(p uiProject) bool {
+		return len(p.Tasks) > 0 && p.Tasks[0].State == "WAITING_FOR_APPROVAL"
+	}, d.logs)
+	var pending []struct {
+		ID     int64  `json:"id"`
+		TaskID string `json:"task_id"`
+	}
+	callJSON(t, "GET", base+"/projects/"+gated.ID+"/approvals?status=pending", nil, 200, &pending)
+	if len(pending) != 1 {
+		t.Fatalf("pending approvals %+v, want 1", pending)
+	}
+
+	b := newBrowser(t, 1100, 800)
+	b.run("projects page", 20*time.Second, chromedp.Navigate(base+"/#/projects"))
+	b.waitText("both projects", "#projects-list", "Release notes", 15*time.Second)
+	b.waitText("interrupted shown", `[data-project="`+interrupted.ID+`"]`, "interrupted", 10*time.Second)
+	var resumeDisabled, otherDisabled bool
+	b.run("resume buttons", 5*time.Second,
+		chromedp.Evaluate(`document.getElementById('resume-`+interrupted.ID+`').disabled`, &resumeDisabled),
+		chromedp.Evaluate(`document.getElementById('resume-`+gated.ID+`').disabled`, &otherDisabled))
+	if resumeDisabled || !otherDisabled {
+		t.Fatalf("Resume disabled: interrupted project %v (want false), active project %v (want true)", resumeDisabled, otherDisabled)
+	}
+	b.shot("projects")
+
+	// Keyboard only: focus the button and press Enter.
+	b.run("resume with the keyboard", 10*time.Second,
+		chromedp.Focus("#resume-"+interrupted.ID, chromedp.ByID),
+		chromedp.KeyEvent("\r"))
+	msg := b.waitText("resumed", "#projects-msg", "Resumed Nightly build: new session sess_", 10*time.Second)
+	if !strings.Contains(msg, "child of "+oldSession) {
+		t.Errorf("resume message %q does not name the parent %s", msg, oldSession)
+	}
+	p = waitProject(t, base, interrupted.ID, "resumed and finished", func(p uiProject) bool {
+		return len(p.Sessions) == 2 && taskStatus(p, 2) == "completed"
+	}, d.logs)
+	child := p.Sessions[1]
+	if child.Parent != oldSession || p.Sessions[0].Status != "resumed" {
+		t.Fatalf("sessions %+v: want the second a child of %s", p.Sessions, oldSession)
+	}
+
+	// The history shows the chain: the interrupted session and its child.
+	b.run("project page", 10*time.Second, chromedp.Navigate(base+"/#/projects/"+interrupted.ID))
+	hist := b.waitText("child in history", "#sessions", child.ID, 10*time.Second)
+	for _, want := range []string{oldSession, "Resumed from", "crash", "Context summary"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("session history lacks %q:\n%s", want, hist)
+		}
+	}
+	b.waitText("tasks done", "#main table", "completed", 10*time.Second)
+	b.shot("project")
+
+	// Approvals: approve the pending one with a feedback.
+	b.run("approvals page", 10*time.Second, chromedp.Navigate(base+"/#/approvals"))
+	card := fmt.Sprintf(`[data-approval="%d"]`, pending[0].ID)
+	b.waitText("pending card", "#pending", pending[0].TaskID, 10*time.Second)
+	b.shot("approvals-pending")
+	b.run("approve", 10*time.Second,
+		chromedp.SendKeys(card+" textarea", "Clear and short: publish it.", chromedp.ByQuery),
+		chromedp.Click(card+` button[data-decision="approve"]`, chromedp.ByQuery))
+	b.waitText("approved message", "#approvals-msg", "approved", 10*time.Second)
+	h := b.waitText("history shows it", "#history", "approved", 10*time.Second)
+	if !strings.Contains(h, "Clear and short: publish it.") || !strings.Contains(h, pending[0].TaskID) {
+		t.Errorf("history lacks the decision:\n%s", h)
+	}
+	b.waitText("nothing pending", "#pending", "Nothing waits for a decision", 10*time.Second)
+	// The waiting task is released: the gated task completes, then its dependent.
+	waitProject(t, base, gated.ID, "released", func(p uiProject) bool {
+		return taskStatus(p, 0) == "completed" && taskStatus(p, 1) == "completed"
+	}, d.logs)
+	b.shot("approvals")
+
+	// A revision without feedback is refused in the page; the API's own
+	// refusal is shown as it says it.
+	var again uiProject
+	callJSON(t, "POST", base+"/projects", map[string]any{"name": "Logo", "tasks": []map[string]any{
+		{"phase": 1, "type": "draw", "input": "logo v1", "approval": true}}}, 201, &again)
+	b.run("approvals again", 10*time.Second, chromedp.Navigate(base+"/#/projects"), chromedp.Navigate(base+"/#/approvals"))
+	b.waitText("new pending", "#pending", "task_p1_draw_001", 15*time.Second)
+	b.run("revise without feedback", 10*time.Second, chromedp.Click(`#pending button[data-decision="revise"]`, chromedp.ByQuery))
+	b.waitText("feedback needed", "#pending .msg", "needs feedback", 5*time.Second)
+	var id int64
+	b.run("approval id", 5*time.Second, chromedp.Evaluate(`+document.querySelector('#pending [data-approval]').dataset.approval`, &id))
+	callJSON(t, "POST", fmt.Sprintf("%s/approvals/%d", base, id), map[string]string{"decision": "reject"}, 200, nil)
+	b.run("approve a decided one", 10*time.Second, chromedp.Click(`#pending button[data-decision="approve"]`, chromedp.ByQuery))
+	b.waitText("conflict shown", "#pending .msg", "HTTP 409", 5*time.Second)
 }

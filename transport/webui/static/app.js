@@ -3,7 +3,9 @@
 // built with DOM calls, never parsed from strings of HTML.
 'use strict';
 
-const S = { auth: false, loginRequired: false, csrf: '', name: '', timer: 0, page: '', last: {} };
+// gen counts page changes: a request that answers after the page changed
+// draws nothing.
+const S = { auth: false, loginRequired: false, csrf: '', name: '', timer: 0, page: '', last: {}, gen: 0 };
 const POLL_AGENTS_MS = 2000; // the agents' table: tick and last result live
 const POLL_PAGE_MS = 4000;   // projects and approvals
 
@@ -27,6 +29,13 @@ function el(tag, props, ...kids) {
 }
 const $ = (sel, root) => (root || document).querySelector(sel);
 const main = () => $('#main');
+
+// fill replaces node's children, skipping the empty ones (replaceChildren
+// would show null as text).
+function fill(node, ...kids) {
+  node.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+  return node;
+}
 
 function announce(text) {
   const s = $('#status');
@@ -135,6 +144,7 @@ async function api(method, path, body) {
 
 // refusal turns an API error into the sentence shown to the operator.
 function refusal(what, err) {
+  if (!(err instanceof ApiError)) return `${what}: the page failed: ${err.message}.`;
   if (err.code === 'network') return `${what}: ${err.message}.`;
   return `${what}: the device refused — ${err.message} (${err.code}, HTTP ${err.status}).`;
 }
@@ -155,7 +165,7 @@ async function boot() {
   try {
     info = await api('GET', '/ui/session');
   } catch (e) {
-    main().replaceChildren(el('p', { class: 'msg bad', text: refusal('Could not reach the device', e) }));
+    fill(main(), el('p', { class: 'msg bad', text: refusal('Could not reach the device', e) }));
     return;
   }
   setSession(info);
@@ -207,7 +217,7 @@ function showLogin(why) {
       $('#login-token', form).focus();
     }
   });
-  main().replaceChildren(form);
+  fill(main(), form);
   if (why) showMsg(box, 'bad', why);
   $('#login-token', form).focus();
 }
@@ -256,6 +266,7 @@ async function route() {
   if (!PAGES[page]) page = 'agents';
   S.page = page;
   S.last = {};
+  S.gen++;
   const navName = page === 'project' ? 'projects' : page;
   for (const a of document.querySelectorAll('.top nav a')) {
     if (a.dataset.page === navName) a.setAttribute('aria-current', 'page');
@@ -266,7 +277,7 @@ async function route() {
     await PAGES[page].render(parts.slice(1));
   } catch (e) {
     if (e.status === 401) return;
-    main().replaceChildren(el('h1', { text: 'Error' }), el('p', { class: 'msg bad', text: refusal('Loading the page', e) }));
+    fill(main(), el('h1', { text: 'Error' }), el('p', { class: 'msg bad', text: refusal('Loading the page', e) }));
   }
   const h1 = $('h1', main());
   document.title = (h1 ? h1.textContent + ' — ' : '') + 'OpenStarry Edge';
@@ -287,7 +298,9 @@ function changed(key, data) {
 
 PAGES.agents = {
   async render() {
+    const gen = S.gen;
     const st = await api('GET', '/status');
+    if (gen !== S.gen) return;
     const agents = arr(st, 'agents');
     const sel = el('select', { id: 'task-agent', name: 'agent', required: true },
       agents.map((a) => el('option', { value: a.id, text: `${a.id} (${a.role}, ${a.state})` })));
@@ -305,7 +318,7 @@ PAGES.agents = {
       el('button', { type: 'submit', id: 'task-send', text: 'Send' }),
       result);
     form.addEventListener('submit', (ev) => { ev.preventDefault(); sendTask(sel.value, input.value, isJSON.checked, result, form); });
-    main().replaceChildren(
+    fill(main(), 
       el('h1', { text: 'Agents' }),
       el('p', { class: 'muted' }, 'Live: the list is read again every 2 seconds while this page is visible. ',
         el('span', { id: 'agents-updated' })),
@@ -315,12 +328,13 @@ PAGES.agents = {
   },
   async refresh() { this.draw(await api('GET', '/status')); },
   draw(st) {
+    if (!$('#agents-table')) return; // the page changed meanwhile
     $('#agents-updated').textContent = 'Updated ' + fmtTime(new Date()) + '.';
     const agents = arr(st, 'agents');
     if (!changed('agents', agents.map((a) => [a.id, a.state, a.tick, a.queue, a.restarts, a.last_task, a.last_result, a.pid, a.last_error]))) return;
     const box = $('#agents-table');
-    if (!agents.length) { box.replaceChildren(el('p', { class: 'muted', text: 'No agents run in this daemon.' })); return; }
-    box.replaceChildren(table('Agents of this daemon',
+    if (!agents.length) { fill(box, el('p', { class: 'muted', text: 'No agents run in this daemon.' })); return; }
+    fill(box, table('Agents of this daemon',
       ['Agent', 'Role', 'State', 'Tick', 'Queue', 'Restarts', 'Last result', 'Since'], agents, (a) => [
         el('td', { class: 'mono wrap' }, a.id),
         a.role + (a.requester ? ' of ' + a.requester : ''),
@@ -335,7 +349,7 @@ PAGES.agents = {
     const sel = $('#task-agent');
     if (sel) {
       const cur = sel.value;
-      sel.replaceChildren(...agents.map((a) => el('option', { value: a.id, text: `${a.id} (${a.role}, ${a.state})` })));
+      fill(sel, ...agents.map((a) => el('option', { value: a.id, text: `${a.id} (${a.role}, ${a.state})` })));
       if (agents.some((a) => a.id === cur)) sel.value = cur;
     }
   },
@@ -351,20 +365,20 @@ async function sendTask(agent, text, isJSON, result, form) {
   let input = text;
   if (isJSON) {
     try { input = JSON.parse(text); } catch (e) {
-      result.replaceChildren(el('p', { class: 'msg bad', role: 'alert', text: 'The input is not valid JSON: ' + e.message }));
+      fill(result, el('p', { class: 'msg bad', role: 'alert', text: 'The input is not valid JSON: ' + e.message }));
       $('#task-input').focus();
       return;
     }
   }
-  if (!agent) { result.replaceChildren(el('p', { class: 'msg bad', text: 'Choose an agent.' })); return; }
+  if (!agent) { fill(result, el('p', { class: 'msg bad', text: 'Choose an agent.' })); return; }
   const id = newTaskID();
   const btn = $('#task-send', form);
   btn.disabled = true;
-  result.replaceChildren(el('p', { class: 'msg info', text: `Sending task ${id} to ${agent}…` }));
+  fill(result, el('p', { class: 'msg info', text: `Sending task ${id} to ${agent}…` }));
   const path = `/agents/${encodeURIComponent(agent)}/tasks`;
   try {
     await api('POST', path, { task_id: id, type: 'ui', input });
-    result.replaceChildren(el('p', { class: 'msg info', text: `Task ${id} is stored by ${agent}; waiting for its result…` }));
+    fill(result, el('p', { class: 'msg info', text: `Task ${id} is stored by ${agent}; waiting for its result…` }));
     const deadline = Date.now() + 60000;
     let st;
     for (;;) {
@@ -374,7 +388,7 @@ async function sendTask(agent, text, isJSON, result, form) {
       await new Promise((r) => setTimeout(r, 250));
     }
     const done = st.status !== 'queued' && st.status !== 'running';
-    result.replaceChildren(el('div', { class: 'card', id: 'task-outcome' },
+    fill(result, el('div', { class: 'card', id: 'task-outcome' },
       el('h3', {}, 'Task ', el('code', { text: id }), ' ', badge(st.status)),
       done ? null : el('p', { class: 'hint', text: `Still ${st.status} after a minute; its result will be at GET ${path}/${id}.` }),
       st.error ? el('p', { class: 'msg bad', text: st.error }) : null,
@@ -383,7 +397,7 @@ async function sendTask(agent, text, isJSON, result, form) {
     announce(`Task ${id}: ${st.status}`);
     PAGES.agents.refresh().catch(() => {});
   } catch (e) {
-    if (e.status !== 401) result.replaceChildren(el('p', { class: 'msg bad', role: 'alert', text: refusal('The task was not sent', e) }));
+    if (e.status !== 401) fill(result, el('p', { class: 'msg bad', role: 'alert', text: refusal('The task was not sent', e) }));
   } finally {
     btn.disabled = false;
   }
@@ -395,58 +409,76 @@ async function projectList() {
   return arr(await api('GET', '/projects'), 'projects');
 }
 
-function resumeButton(p, onDone) {
+// resumeButton is enabled only when the project's latest session was
+// interrupted; its outcome goes to box, a message area that outlives the
+// redraws of the button.
+function resumeButton(p, box, onDone) {
   const interrupted = p.status === 'interrupted' && p.session_id;
-  const box = el('div', { class: 'msg', role: 'status' });
-  const btn = el('button', { type: 'button', class: 'resume', disabled: !interrupted,
-    'aria-describedby': 'resume-why-' + p.id,
-    'data-project': p.id, text: 'Resume' });
+  const btn = el('button', { type: 'button', class: 'resume', id: 'resume-' + p.id, disabled: !interrupted,
+    'aria-describedby': 'resume-why-' + p.id, 'data-project': p.id, text: 'Resume' });
   const why = el('span', { class: 'hint', id: 'resume-why-' + p.id,
     text: interrupted ? `Continues ${p.session_id} in a new session.` : 'Enabled when the latest session was interrupted.' });
   btn.addEventListener('click', async () => {
     btn.disabled = true;
-    showMsg(box, 'info', 'Resuming…');
+    showMsg(box, 'info', `Resuming ${p.name || p.id}…`);
     try {
       const res = await api('POST', `/projects/${encodeURIComponent(p.id)}/sessions/${encodeURIComponent(p.session_id)}/resume`);
-      const ns = res && (res.session || res);
-      const nid = ns && (ns.id || ns.session_id);
-      showMsg(box, 'ok', `Resumed: new session ${nid || '(see the history)'}, child of ${p.session_id}.`);
-      announce('Resumed in session ' + (nid || ''));
+      const ns = (res && res.session) || res || {};
+      showMsg(box, 'ok', `Resumed ${p.name || p.id}: new session ${ns.id || '(see the history)'}, child of ${p.session_id}.`);
+      announce('Resumed in session ' + (ns.id || ''));
       S.last = {};
-      if (onDone) await onDone(nid);
+      if (onDone) await onDone(ns.id);
     } catch (e) {
       if (e.status !== 401) showMsg(box, 'bad', refusal('Resume', e));
       btn.disabled = !interrupted;
     }
   });
-  return el('div', {}, el('div', { class: 'actions' }, btn, why), box);
+  return el('div', { class: 'actions' }, btn, why);
 }
 
 PAGES.projects = {
   async render() {
-    main().replaceChildren(el('h1', { text: 'Projects' }),
-      el('p', { class: 'muted', text: 'Each project with its latest session. Resume continues an interrupted session where it stopped.' }),
-      el('div', { id: 'projects-list' }), el('div', { id: 'projects-msg', class: 'msg', role: 'status' }));
+    fill(main(), el('h1', { text: 'Projects' }),
+      el('p', { class: 'muted', text: 'Each project with its latest session. Resume continues an interrupted session where it stopped; finished tasks are not run again.' }),
+      el('div', { id: 'projects-msg', class: 'msg', role: 'status' }),
+      el('div', { id: 'projects-list' }));
     await this.refresh();
   },
   async refresh() {
+    const gen = S.gen;
     const ps = await projectList();
-    if (!changed('projects', ps)) return;
+    // Each project's view has its latest session and its progress.
+    const views = await Promise.all(ps.slice(0, 50).map((p) =>
+      api('GET', `/projects/${encodeURIComponent(p.id)}`).catch(() => p)));
+    if (gen !== S.gen || !changed('projects', views)) return;
     const box = $('#projects-list');
-    if (!ps.length) {
-      box.replaceChildren(el('p', { class: 'muted', text: 'No projects yet. Create one with POST /projects or `openstarry project create`.' }));
+    if (!views.length) {
+      fill(box, el('p', { class: 'muted', text: 'No projects yet. Create one with POST /projects (see docs/sessions.md).' }));
       return;
     }
-    box.replaceChildren(el('div', { class: 'grid' }, ps.map((p) => el('section', { class: 'card project', 'data-project': p.id, 'aria-labelledby': 'p-' + p.id },
-      el('h2', { id: 'p-' + p.id }, el('a', { href: '#/projects/' + encodeURIComponent(p.id), text: p.name || p.id })),
-      p.description ? el('p', { text: clip(p.description, 300) }) : null,
-      el('dl', { class: 'kv' },
-        el('dt', { text: 'Project' }), el('dd', { class: 'mono', text: p.id }),
-        el('dt', { text: 'Latest session' }), el('dd', { class: 'mono', text: p.session_id || '—' }),
-        el('dt', { text: 'State' }), el('dd', {}, badge(p.status || 'none')),
-        el('dt', { text: 'Created' }), el('dd', { text: fmtTime(p.created_at) })),
-      resumeButton(p, () => this.refresh()),
-      el('p', {}, el('a', { href: '#/projects/' + encodeURIComponent(p.id), text: 'Sessions, tasks and approaches' }))))));
+    const hadFocus = document.activeElement && document.activeElement.id;
+    fill(box, el('div', { class: 'grid' }, views.map((p) => {
+      const ss = arr(p.sessions, 'sessions');
+      const latest = ss.find((s) => s.id === p.session_id) || ss[ss.length - 1] || {};
+      const pr = p.progress || {};
+      return el('section', { class: 'card project', 'data-project': p.id, 'aria-labelledby': 'p-' + p.id },
+        el('h2', { id: 'p-' + p.id }, el('a', { href: '#/projects/' + encodeURIComponent(p.id), text: p.name || p.id })),
+        p.description ? el('p', { text: clip(p.description, 300) }) : null,
+        el('dl', { class: 'kv' },
+          el('dt', { text: 'Project' }), el('dd', { class: 'mono', text: p.id }),
+          el('dt', { text: 'Latest session' }), el('dd', { class: 'mono', text: p.session_id || '—' }),
+          el('dt', { text: 'State' }), el('dd', {}, badge(p.status || 'none'),
+            latest.interruption_reason ? ' ' + latest.interruption_reason.replace(/_/g, ' ') : ''),
+          latest.current_phase ? [el('dt', { text: 'Phase' }), el('dd', { text: String(latest.current_phase) })] : null,
+          latest.current_task_id ? [el('dt', { text: 'Current task' }), el('dd', { class: 'mono', text: latest.current_task_id })] : null,
+          pr.total ? [el('dt', { text: 'Progress' }), el('dd', {},
+            el('progress', { max: '100', value: String(pr.percent || 0), 'aria-label': `${p.name || p.id} progress` }),
+            ` ${pr.completed || 0} of ${pr.total} tasks completed`)] : null,
+          el('dt', { text: 'Created' }), el('dd', { text: fmtTime(p.created_at) })),
+        resumeButton(p, $('#projects-msg'), () => this.refresh()),
+        el('p', {}, el('a', { href: '#/projects/' + encodeURIComponent(p.id), text: 'Session history, tasks and approaches' })));
+    })));
+    if (hadFocus && document.getElementById(hadFocus)) document.getElementById(hadFocus).focus();
   },
 };
 
@@ -468,53 +500,56 @@ function sessionChain(sessions) {
 PAGES.project = {
   async render(args) {
     this.id = args[0];
-    main().replaceChildren(el('p', { class: 'loading', text: 'Loading…' }));
-    await this.refresh(true);
+    fill(main(),
+      el('p', {}, el('a', { href: '#/projects', text: '← Projects' })),
+      el('h1', { id: 'project-name', text: this.id }),
+      el('div', { id: 'project-head' }),
+      el('div', { id: 'project-msg', class: 'msg', role: 'status' }),
+      el('h2', { text: 'Session history' }), el('div', { id: 'sessions-box' }),
+      el('h2', { text: 'Tasks' }), el('div', { id: 'tasks-box' }),
+      el('h2', { text: 'Approaches' }), el('div', { id: 'approaches-box' }),
+      el('h2', { text: 'Approvals' }), el('div', { id: 'project-approvals' }));
+    await this.refresh();
   },
-  async refresh(first) {
+  async refresh() {
+    const gen = S.gen;
     const id = this.id;
     const enc = encodeURIComponent(id);
-    const [p, sess, appr, apps] = await Promise.all([
+    const [p, appr, apps] = await Promise.all([
       api('GET', `/projects/${enc}`),
-      api('GET', `/projects/${enc}/sessions`),
       api('GET', `/projects/${enc}/approvals`),
       api('GET', `/projects/${enc}/approaches`),
     ]);
-    if (!changed('project', [p, sess, appr, apps]) && !first) return;
-    const proj = p.project || p;
-    const sessions = arr(sess, 'sessions');
+    if (gen !== S.gen || !changed('project', [p, appr, apps])) return;
+    const sessions = arr(p.sessions, 'sessions');
     const tasks = arr(p, 'tasks');
     const approvals = arr(appr, 'approvals');
     const hadFocus = document.activeElement && document.activeElement.id;
-    main().replaceChildren(
-      el('p', {}, el('a', { href: '#/projects', text: '← Projects' })),
-      el('h1', { text: proj.name || id }),
-      proj.description ? el('p', { text: proj.description }) : null,
+    $('#project-name').textContent = p.name || id;
+    fill($('#project-head'),
+      p.description ? el('p', { text: p.description }) : null,
       el('dl', { class: 'kv' },
-        el('dt', { text: 'Project' }), el('dd', { class: 'mono', text: proj.id || id }),
-        el('dt', { text: 'Latest session' }), el('dd', { class: 'mono', text: proj.session_id || '—' }),
-        el('dt', { text: 'State' }), el('dd', {}, badge(proj.status || 'none'))),
-      resumeButton(Object.assign({ id }, proj), () => this.refresh(true)),
-      el('h2', { id: 'h-sessions', text: 'Session history' }),
-      sessionsView(sessions),
-      el('h2', { id: 'h-tasks', text: 'Tasks' }),
-      tasks.length ? table('Tasks of the plan', ['Task', 'Name', 'Phase', 'Status', 'Progress', 'Agent', 'Session'], tasks, (t) => [
-        el('td', { class: 'mono wrap' }, t.id),
-        el('td', { class: 'wrap' }, t.name || t.task_type || '', t.error ? el('div', { class: 'hint', text: clip(t.error, 200) }) : null,
-          t.feedback ? el('div', { class: 'hint', text: 'Feedback: ' + clip(t.feedback, 200) }) : null),
-        el('td', { class: 'num', text: String(t.phase) }),
-        el('td', {}, badge(t.state || t.status), t.attempt ? el('div', { class: 'hint', text: 'attempt ' + (t.attempt + 1) }) : null),
-        el('td', {}, el('progress', { max: '100', value: String(t.progress_percent || 0), 'aria-label': `${t.id} progress` }), ` ${t.progress_percent || 0}%`),
-        t.assigned_to || '—',
-        el('td', { class: 'mono wrap', text: t.session_id || '—' }),
-      ]) : el('p', { class: 'muted', text: 'No tasks.' }),
-      el('h2', { id: 'h-approaches', text: 'Approaches' }),
-      approachesView(apps),
-      el('h2', { id: 'h-approvals', text: 'Approvals' }),
+        el('dt', { text: 'Project' }), el('dd', { class: 'mono', text: p.id || id }),
+        el('dt', { text: 'Latest session' }), el('dd', { class: 'mono', text: p.session_id || '—' }),
+        el('dt', { text: 'State' }), el('dd', {}, badge(p.status || 'none'))),
+      resumeButton(Object.assign({ id }, p), $('#project-msg'), () => this.refresh()));
+    fill($('#sessions-box'), sessionsView(sessions));
+    fill($('#tasks-box'), tasks.length ? table('Tasks of the plan', ['Task', 'Name', 'Phase', 'Status', 'Progress', 'Agent', 'Session'], tasks, (t) => [
+      el('td', { class: 'mono wrap' }, t.id),
+      el('td', { class: 'wrap' }, t.name || t.task_type || '', t.error ? el('div', { class: 'hint', text: clip(t.error, 200) }) : null,
+        t.feedback ? el('div', { class: 'hint', text: 'Feedback: ' + clip(t.feedback, 200) }) : null),
+      el('td', { class: 'num', text: String(t.phase) }),
+      el('td', {}, badge(t.state || t.status), t.attempt ? el('div', { class: 'hint', text: 'attempt ' + (t.attempt + 1) }) : null),
+      el('td', {}, el('progress', { max: '100', value: String(t.progress_percent || 0), 'aria-label': `${t.id} progress` }), ` ${t.progress_percent || 0}%`),
+      t.assigned_to || 'LEADER',
+      el('td', { class: 'mono wrap', text: t.session_id || '—' }),
+    ]) : el('p', { class: 'muted', text: 'No tasks.' }));
+    fill($('#approaches-box'), approachesView(apps));
+    fill($('#project-approvals'),
       approvals.some((a) => a.status === 'pending')
         ? el('p', {}, 'Pending approvals are decided on the ', el('a', { href: '#/approvals', text: 'Approvals page' }), '.') : null,
       approvalHistory(approvals, false));
-    if (!first && hadFocus && document.getElementById(hadFocus)) document.getElementById(hadFocus).focus();
+    if (hadFocus && document.getElementById(hadFocus)) document.getElementById(hadFocus).focus();
   },
 };
 
@@ -638,7 +673,7 @@ async function decide(a, decision, fb, card, box) {
 
 PAGES.approvals = {
   async render() {
-    main().replaceChildren(el('h1', { text: 'Approvals' }),
+    fill(main(), el('h1', { text: 'Approvals' }),
       el('div', { id: 'approvals-msg', class: 'msg', role: 'status' }),
       el('h2', { text: 'Pending' }),
       el('div', { id: 'pending' }),
@@ -647,9 +682,9 @@ PAGES.approvals = {
     await this.refresh();
   },
   async refresh() {
-    const ps = await projectList();
-    const lists = await Promise.all(ps.map((p) => api('GET', `/projects/${encodeURIComponent(p.id)}/approvals`).then((x) => arr(x, 'approvals'))));
-    const all = lists.flat();
+    const gen = S.gen;
+    const all = arr(await api('GET', '/approvals'), 'approvals');
+    if (gen !== S.gen) return;
     const pending = all.filter((a) => a.status === 'pending').sort((a, b) => a.id - b.id);
     // Pending cards are kept as they are (a half-typed feedback stays);
     // only the ones decided go and new ones come.
@@ -661,7 +696,7 @@ PAGES.approvals = {
     if (empty) empty.remove();
     for (const a of pending) if (!box.querySelector(`[data-approval="${a.id}"]`)) box.append(pendingCard(a));
     if (!pending.length) box.append(el('p', { class: 'muted', id: 'no-pending', text: 'Nothing waits for a decision.' }));
-    if (changed('history', all.filter((a) => a.status !== 'pending'))) $('#history').replaceChildren(approvalHistory(all, true));
+    if (changed('history', all.filter((a) => a.status !== 'pending'))) fill($('#history'), approvalHistory(all, true));
   },
 };
 
