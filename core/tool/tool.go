@@ -27,7 +27,7 @@ type Env struct {
 	// ProjectID and SessionID name the project session the task belongs
 	// to, when it does (the session tools need them).
 	ProjectID, SessionID string
-	Log          zerolog.Logger
+	Log                  zerolog.Logger
 	// Services holds host-provided capabilities by name (the daemon's control
 	// client for agent_manager, for example). Tools type-assert what they need.
 	Services map[string]any
