@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -272,4 +273,204 @@ func testSessionResume(t *testing.T, via string) {
 		}
 	}
 	c.waitLog("interrupted (crash)", time.Second)
+}
+
+// TestSessionApprovals: a decision through the API or the CLI releases the
+// waiting task; a revision runs it again with the feedback; a pending
+// approval survives a SIGKILL of the master and of the whole daemon.
+func TestSessionApprovals(t *testing.T) {
+	data := dataDir(t)
+	c, base := sessionDaemon(t, data)
+	plan := map[string]any{"name": "gated", "tasks": []any{
+		map[string]any{"phase": 1, "type": "draft", "name": "draft", "input": "write the draft", "approval": true},
+		ledgerTask(1, "publish", "publish", []any{0}),
+		map[string]any{"phase": 2, "type": "final", "name": "final", "input": "final check", "approval": true},
+	}}
+	var v session.ProjectView
+	apiInto(t, "POST", base+"/projects", plan, 201, &v)
+	pending := func() session.Approval {
+		t.Helper()
+		var aps []session.Approval
+		waitUntil(t, "a pending approval", 20*time.Second, func() bool {
+			apiInto(t, "GET", base+"/projects/"+v.ID+"/approvals?status=pending", nil, 200, &aps)
+			return len(aps) == 1
+		})
+		return aps[0]
+	}
+	a := pending()
+
+	// SIGKILL of the master while the approval is pending: nothing is lost.
+	m, _ := agentInfo(daemonStatus(t, data), "master")
+	if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitAgent(t, data, "master", 20*time.Second, func(x control.AgentInfo) bool { return x.State == control.StateRunning && x.PID != m.PID })
+	if st := taskStatus(project(t, base, v.ID), "task_p1_draft_001"); st.State != session.WaitingForApproval {
+		t.Fatalf("after the kill: %+v", st)
+	}
+	// A revision through the CLI: the draft runs again with the feedback.
+	out, code := runCLI(t, "approval", "revise", fmt.Sprint(a.ID), "--feedback", "add a summary", "--data", data)
+	if code != 0 || !strings.Contains(out, "revision_requested") {
+		t.Fatalf("approval revise: %d %s", code, out)
+	}
+	if out, code := runCLI(t, "approval", "approve", fmt.Sprint(a.ID), "--data", data); code == 0 || !strings.Contains(out, "conflict") {
+		t.Fatalf("deciding twice: %d %s", code, out)
+	}
+	a2 := pending()
+	d := taskStatus(project(t, base, v.ID), "task_p1_draft_001")
+	if a2.Attempt != 1 || a2.ID == a.ID || d.Attempt != 1 || !strings.Contains(string(d.Result), "revision feedback: add a summary") {
+		t.Fatalf("revised run: approval %+v task %+v", a2, d)
+	}
+	out, code = runCLI(t, "approval", "list", v.ID, "--json", "--data", data)
+	var listed []session.Approval
+	if code != 0 || json.Unmarshal([]byte(out), &listed) != nil || len(listed) != 2 || listed[0].Status != session.ApprovalRevision ||
+		len(listed[0].RevisionHistory) != 1 || listed[0].RevisionHistory[0].Feedback != "add a summary" {
+		t.Fatalf("approval list --json: %d %s", code, out)
+	}
+	apiInto(t, "POST", fmt.Sprintf("%s/approvals/%d", base, a2.ID), map[string]string{"decision": "approve"}, 200, nil)
+	a3 := pending() // the final gate of phase 2
+	if a3.TaskID != "task_p2_final_001" || ledger(t, data, v.ID)["publish"] != 1 {
+		t.Fatalf("after the approval: %+v, ledger %v", a3, ledger(t, data, v.ID))
+	}
+
+	// SIGKILL of the daemon while it is pending: the next boot reads the
+	// journal (no clean stop, same machine boot: crash), marks the session
+	// interrupted, and the approval is still there to decide.
+	c.kill()
+	c2, base2 := sessionDaemon(t, data)
+	c2.waitLog(`"previous_run":"crash"`, 5*time.Second)
+	if st := daemonStatus(t, data); st.PreviousRun != "crash" {
+		t.Fatalf("status previous_run %q", st.PreviousRun)
+	}
+	var ss []session.Session
+	apiInto(t, "GET", base2+"/projects/"+v.ID+"/sessions", nil, 200, &ss)
+	if len(ss) != 1 || ss[0].Status != session.SessionInterrupted || ss[0].InterruptionReason != session.ReasonCrash {
+		t.Fatalf("after the daemon's kill: %+v", ss)
+	}
+	base = base2
+	apiInto(t, "POST", fmt.Sprintf("%s/approvals/%d", base, a3.ID), map[string]string{"decision": "reject", "feedback": "not now"}, 200, nil)
+	p := project(t, base, v.ID)
+	if st := taskStatus(p, "task_p2_final_001"); st.Status != session.TaskFailed || !strings.Contains(st.Error, "not now") {
+		t.Fatalf("rejected task %+v", st)
+	}
+	// A clean stop is recorded as such.
+	if err := c2.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := c2.wait(30 * time.Second); code != 0 || err != nil {
+		t.Fatalf("clean stop: %d %v", code, err)
+	}
+	c3, _ := sessionDaemon(t, data)
+	c3.waitLog(`"previous_run":"clean"`, 5*time.Second)
+}
+
+// TestSessionFiles: sessions.db deleted is rebuilt from the JSON files; a
+// damaged JSON file loses to the database; both are logged.
+func TestSessionFiles(t *testing.T) {
+	data := dataDir(t)
+	c, base := sessionDaemon(t, data)
+	plan := map[string]any{"name": "files", "tasks": []any{
+		ledgerTask(1, "a", "a", nil),
+		map[string]any{"phase": 1, "type": "b", "input": "gate", "depends_on": []any{0}, "approval": true},
+		ledgerTask(2, "c", "c", nil),
+	}}
+	var v session.ProjectView
+	apiInto(t, "POST", base+"/projects", plan, 201, &v)
+	waitUntil(t, "the gate", 20*time.Second, func() bool {
+		return taskStatus(project(t, base, v.ID), "task_p1_b_001").State == session.WaitingForApproval
+	})
+	// The files as the seed lays them out, 0600 in 0700 directories.
+	sdir := filepath.Join(data, "projects", v.ID, "sessions", v.SessionID)
+	for _, f := range []string{filepath.Join(data, "projects", v.ID, "project.json"), filepath.Join(sdir, "state_checkpoint.json"),
+		filepath.Join(sdir, "approaches.json"), filepath.Join(sdir, "remaining_tasks.json"), filepath.Join(data, "sessions.db")} {
+		fi, err := os.Stat(f)
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", f, fi.Mode(), err)
+		}
+	}
+	for _, d := range []string{sdir, filepath.Join(sdir, "artifacts"), filepath.Join(data, "projects", v.ID)} {
+		if fi, err := os.Stat(d); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("%s: %v %v", d, fi.Mode(), err)
+		}
+	}
+	cp, err := session.DecodeCheckpoint(mustReadFile(t, filepath.Join(sdir, "state_checkpoint.json")))
+	if err != nil || cp.CurrentState.ActiveTask == nil || cp.CurrentState.ActiveTask.TaskID != "task_p1_b_001" ||
+		len(cp.CompletedTasks) != 1 || len(cp.PendingTasks) != 1 || len(cp.RemainingTasks) != 1 {
+		t.Fatalf("checkpoint %+v %v", cp, err)
+	}
+	// The periodic checkpoint (300ms here) rewrites it while nothing else happens.
+	waitUntil(t, "a periodic checkpoint", 10*time.Second, func() bool {
+		cp2, err := session.DecodeCheckpoint(mustReadFile(t, filepath.Join(sdir, "state_checkpoint.json")))
+		return err == nil && cp2.Timestamp.After(cp.Timestamp)
+	})
+	before := project(t, base, v.ID)
+
+	// sessions.db deleted while the daemon is down.
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	c.wait(30 * time.Second)
+	for _, f := range []string{"sessions.db", "sessions.db-wal", "sessions.db-shm"} {
+		os.Remove(filepath.Join(data, f))
+	}
+	c, base = sessionDaemon(t, data)
+	c.waitLog("sessions.db was missing: rebuilt 1 project(s) from the JSON files", time.Second)
+	after := project(t, base, v.ID)
+	if len(after.Tasks) != 3 || len(after.Sessions) != 1 || after.Progress.Completed != before.Progress.Completed ||
+		after.Sessions[0].Status != session.SessionInterrupted || after.Sessions[0].InterruptionReason != session.ReasonShutdown {
+		t.Fatalf("rebuilt: %+v\nbefore: %+v", after, before)
+	}
+	for i := range after.Tasks {
+		if after.Tasks[i].ID != before.Tasks[i].ID || after.Tasks[i].Status != before.Tasks[i].Status {
+			t.Errorf("task %d: %+v, before %+v", i, after.Tasks[i], before.Tasks[i])
+		}
+	}
+	var aps []session.Approval
+	apiInto(t, "GET", base+"/projects/"+v.ID+"/approvals", nil, 200, &aps)
+	if len(aps) != 1 || aps[0].Status != session.ApprovalPending {
+		t.Fatalf("rebuilt approvals %+v", aps)
+	}
+
+	// A damaged state_checkpoint.json: the database wins at the next boot.
+	c.kill()
+	cpPath := filepath.Join(sdir, "state_checkpoint.json")
+	if err := os.WriteFile(cpPath, []byte(`{"schema_version": "1.0", "project_id": "proj_`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, base = sessionDaemon(t, data)
+	c.waitLog(cpPath+" is damaged: the database wins", time.Second)
+	if _, err := session.DecodeCheckpoint(mustReadFile(t, cpPath)); err != nil {
+		t.Fatalf("not rewritten: %v", err)
+	}
+
+	// Bad ids and bodies get 400, unknown ones 404, all as one line of JSON.
+	for _, tc := range []struct {
+		method, path, body string
+		want               int
+	}{
+		{"GET", "/projects/proj_bad", "", 400},
+		{"GET", "/projects/proj_20240115_zzzzzz", "", 404},
+		{"GET", "/projects/" + v.ID + "/sessions/sess_2024_x", "", 400},
+		{"POST", "/projects/" + v.ID + "/sessions/sess_20240115143000_zzzzzz/resume", "", 404},
+		{"POST", "/projects", `{"name": "x", "tasks": [{"phase": 1, "type": "../x"}]}`, 400},
+		{"POST", "/projects", `{"name": "x"`, 400},
+		{"POST", "/approvals/abc", `{"decision": "approve"}`, 400},
+		{"POST", "/approvals/1", `{"decision": "perhaps"}`, 400},
+		{"DELETE", "/projects", "", 405},
+	} {
+		code, body := api(t, tc.method, base+tc.path, []byte(tc.body))
+		var e map[string]string
+		if code != tc.want || json.Unmarshal(body, &e) != nil || e["code"] == "" || bytes.Count(bytes.TrimSpace(body), []byte("\n")) != 0 {
+			t.Errorf("%s %s: %d %s, want %d and one line of JSON", tc.method, tc.path, code, body, tc.want)
+		}
+	}
+}
+
+func mustReadFile(t *testing.T, p string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
