@@ -74,6 +74,10 @@ type Config struct {
 	MaxQueue     int      // queued events before Submit fails with ErrQueueFull; default 10,000
 	ToolTimeout  time.Duration
 	ArtifactsDir string
+	// TaskArtifacts, when set, names the artifacts directory of a task
+	// that belongs to a project's session (its project_id and session_id);
+	// empty: ArtifactsDir.
+	TaskArtifacts func(projectID, sessionID string) string
 	// Vars are set into working_variables at every start (the template's
 	// name, version and digest).
 	Vars     map[string]any
@@ -172,6 +176,10 @@ type outcome struct {
 	result   Result
 	messages []Message
 	aborted  bool // stopped before a non-idempotent tool: redo after restart
+
+	// The task's session, when it names one (see session.go).
+	projectID, sessionID string
+	vars                 map[string]any
 }
 
 // Start hydrates the agent from its store and starts its goroutine. It
@@ -631,6 +639,7 @@ func (r *Runtime) finish(out *outcome) {
 	res.TickIndex = s.TickIndex
 	res.FinishedAt = r.nowMs()
 	s.Outbox = append(s.Outbox, res)
+	applySession(s, out)
 	vars := s.Memory.WorkingVariables
 	vars["last_task_id"] = res.TaskID
 	vars["tasks_"+res.Status] = numberVar(vars["tasks_"+res.Status]) + 1

@@ -39,6 +39,9 @@ func (r *Runtime) think(ev Event, history []Message) *outcome {
 	}
 	out.result = Result{TaskID: task.TaskID, Source: ev.Source}
 	out.messages = append(out.messages, Message{Role: "user", Content: clip(inputText(task.Input)), TaskID: task.TaskID})
+	if sessionTask(out, &task) {
+		return out
+	}
 	fail := func(msg string) *outcome {
 		out.result.Status = ResultFailed
 		out.result.Error = msg
@@ -75,7 +78,7 @@ func (r *Runtime) think(ev Event, history []Message) *outcome {
 		}
 		for _, call := range reply.Calls {
 			r.progress(task.TaskID, step, "tool:"+call.Tool)
-			res, aborted := r.runTool(ctx, ev, task.TaskID, len(results), call, results)
+			res, aborted := r.runTool(ctx, ev, &task, len(results), call, results)
 			if aborted {
 				out.aborted = true
 				return out
@@ -89,7 +92,8 @@ func (r *Runtime) think(ev Event, history []Message) *outcome {
 
 // runTool runs one call. A non-idempotent tool runs only after its intent is
 // durable; aborted is true when the runtime refused the intent (stopping).
-func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int, call Call, done []ToolResult) (ToolResult, bool) {
+func (r *Runtime) runTool(ctx context.Context, ev Event, task *Task, step int, call Call, done []ToolResult) (ToolResult, bool) {
+	taskID := task.TaskID
 	res := ToolResult{Tool: call.Tool}
 	if !r.allowed(call.Tool) {
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
@@ -113,7 +117,8 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int
 	}
 	tctx, cancel := context.WithTimeout(ctx, r.cfg.ToolTimeout)
 	defer cancel()
-	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.cfg.ArtifactsDir,
+	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.artifactsFor(task),
+		ProjectID: task.ProjectID, SessionID: task.SessionID,
 		Log: r.log.With().Str("tool", call.Tool).Str("task", taskID).Logger(), Services: r.cfg.Services}
 	output, err := t.Run(tctx, env, call.Args)
 	if err != nil {

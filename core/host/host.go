@@ -73,13 +73,21 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		MaxQueue:     lim.MaxQueue,
 		ToolTimeout:  time.Duration(lim.ToolTimeoutMs) * time.Millisecond,
 		ArtifactsDir: art,
-		Vars:         vars,
-		Services:     a.Services,
-		Outbox:       a.Outbox,
-		OnProgress:   a.OnProgress,
-		Log:          a.Log,
-		Now:          a.Now,
-		BeforeSave:   a.BeforeSave,
-		AfterSave:    a.AfterSave,
+		TaskArtifacts: func(projectID, sessionID string) string {
+			// The runtime passes only ids of the session formats.
+			dir := filepath.Join(a.DataDir, "projects", projectID, "sessions", sessionID, "artifacts")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return ""
+			}
+			return dir
+		},
+		Vars:       vars,
+		Services:   a.Services,
+		Outbox:     a.Outbox,
+		OnProgress: a.OnProgress,
+		Log:        a.Log,
+		Now:        a.Now,
+		BeforeSave: a.BeforeSave,
+		AfterSave:  a.AfterSave,
 	})
 }

@@ -24,7 +24,10 @@ type Env struct {
 	AgentID      string
 	TaskID       string
 	ArtifactsDir string // the agent's artifacts directory; file tools stay inside it
-	Log          zerolog.Logger
+	// ProjectID and SessionID name the project session the task belongs
+	// to, when it does (the session tools need them).
+	ProjectID, SessionID string
+	Log                  zerolog.Logger
 	// Services holds host-provided capabilities by name (the daemon's control
 	// client for agent_manager, for example). Tools type-assert what they need.
 	Services map[string]any
