@@ -362,7 +362,7 @@ func init() {
 		{"revise", "revise", "Request a revision: the task runs again with the feedback (required)"},
 	} {
 		var f apiFlags
-		var feedback string
+		var feedback, by string
 		decision := d.decision
 		cmd := &cobra.Command{
 			Use: d.use + " ID", Short: d.short, Args: cobra.ExactArgs(1),
@@ -374,7 +374,7 @@ func init() {
 				if err != nil {
 					return err
 				}
-				body, _ := json.Marshal(session.Decision{Decision: decision, Feedback: feedback})
+				body, _ := json.Marshal(session.Decision{Decision: decision, Feedback: feedback, DecidedBy: by})
 				var a session.Approval
 				if err := c.do(cmd.Context(), "POST", "/approvals/"+args[0], body, &a); err != nil {
 					return err
@@ -385,8 +385,25 @@ func init() {
 		}
 		f.bind(cmd, false)
 		cmd.Flags().StringVar(&feedback, "feedback", "", "what the person says (a revision needs it)")
+		cmd.Flags().StringVar(&by, "by", decider(), "who decides, recorded with the decision")
 		approval.AddCommand(cmd)
 	}
+}
+
+// decider is who runs the command: USER (USERNAME on Windows) at the
+// host's name.
+func decider() string {
+	u := os.Getenv("USER")
+	if u == "" {
+		u = os.Getenv("USERNAME")
+	}
+	if u == "" {
+		u = "operator"
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return u + "@" + h
+	}
+	return u
 }
 
 func dash(s string) string {

@@ -300,7 +300,7 @@ func waitProject(t *testing.T, base, id string, what string, cond func(uiProject
 	return p
 }
 
-func taskStatus(p uiProject, i int) string {
+func planStatus(p uiProject, i int) string {
 	if i >= len(p.Tasks) {
 		return ""
 	}
@@ -330,9 +330,13 @@ func TestWebUISessions(t *testing.T) {
 			{"phase": 2, "type": "package", "name": "package", "input": "packaged", "depends_on": []int{1}},
 		}}, 201, &interrupted)
 	waitProject(t, base, interrupted.ID, "second task under way", func(p uiProject) bool {
-		return taskStatus(p, 0) == "completed" && taskStatus(p, 1) == "in_progress"
+		return planStatus(p, 0) == "completed" && planStatus(p, 1) == "in_progress"
 	}, d.logs)
+	master, _ := agentInfo(daemonStatus(t, data), "master")
 	d.kill()
+	// The master dies with the daemon (Pdeathsig), but not at once: the
+	// next daemon's master would find its store still locked.
+	eventually(t, "the killed daemon's master gone", func() bool { return pidGone(master.PID) })
 	d = startDaemon(t, cfg)
 	base = d.url()
 	p := waitProject(t, base, interrupted.ID, "interrupted", func(p uiProject) bool { return p.Status == "interrupted" }, d.logs)
@@ -380,7 +384,7 @@ func TestWebUISessions(t *testing.T) {
 		t.Errorf("resume message %q does not name the parent %s", msg, oldSession)
 	}
 	p = waitProject(t, base, interrupted.ID, "resumed and finished", func(p uiProject) bool {
-		return len(p.Sessions) == 2 && taskStatus(p, 2) == "completed"
+		return len(p.Sessions) == 2 && planStatus(p, 2) == "completed"
 	}, d.logs)
 	child := p.Sessions[1]
 	if child.Parent != oldSession || p.Sessions[0].Status != "resumed" {
@@ -404,17 +408,18 @@ func TestWebUISessions(t *testing.T) {
 	b.waitText("pending card", "#pending", pending[0].TaskID, 10*time.Second)
 	b.shot("approvals-pending")
 	b.run("approve", 10*time.Second,
+		chromedp.SendKeys("#decider", "Dana", chromedp.ByID),
 		chromedp.SendKeys(card+" textarea", "Clear and short: publish it.", chromedp.ByQuery),
 		chromedp.Click(card+` button[data-decision="approve"]`, chromedp.ByQuery))
 	b.waitText("approved message", "#approvals-msg", "approved", 10*time.Second)
 	h := b.waitText("history shows it", "#history", "approved", 10*time.Second)
-	if !strings.Contains(h, "Clear and short: publish it.") || !strings.Contains(h, pending[0].TaskID) {
+	if !strings.Contains(h, "Clear and short: publish it.") || !strings.Contains(h, pending[0].TaskID) || !strings.Contains(h, "Dana") {
 		t.Errorf("history lacks the decision:\n%s", h)
 	}
 	b.waitText("nothing pending", "#pending", "Nothing waits for a decision", 10*time.Second)
 	// The waiting task is released: the gated task completes, then its dependent.
 	waitProject(t, base, gated.ID, "released", func(p uiProject) bool {
-		return taskStatus(p, 0) == "completed" && taskStatus(p, 1) == "completed"
+		return planStatus(p, 0) == "completed" && planStatus(p, 1) == "completed"
 	}, d.logs)
 	b.shot("approvals")
 
@@ -429,7 +434,12 @@ func TestWebUISessions(t *testing.T) {
 	b.waitText("feedback needed", "#pending .msg", "needs feedback", 5*time.Second)
 	var id int64
 	b.run("approval id", 5*time.Second, chromedp.Evaluate(`+document.querySelector('#pending [data-approval]').dataset.approval`, &id))
-	callJSON(t, "POST", fmt.Sprintf("%s/approvals/%d", base, id), map[string]string{"decision": "reject"}, 200, nil)
+	// Decided meanwhile on the device's terminal: the page says so when
+	// asked to decide again, and the history says who rejected it.
+	if out, code := runCLI(t, "approval", "reject", fmt.Sprint(id), "--config", cfg, "--by", "erin@console", "--feedback", "off brand"); code != 0 {
+		t.Fatalf("approval reject: %d %s", code, out)
+	}
 	b.run("approve a decided one", 10*time.Second, chromedp.Click(`#pending button[data-decision="approve"]`, chromedp.ByQuery))
 	b.waitText("conflict shown", "#pending .msg", "HTTP 409", 5*time.Second)
+	b.waitText("CLI decision in history", "#history", "erin@console", 10*time.Second)
 }

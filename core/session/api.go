@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 )
@@ -76,6 +77,11 @@ func (m *Manager) getProjects(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, http.StatusOK)(m.store.Projects(r.Context()))
 }
 
+// HeaderUser names the person a browser session of the web UI was opened
+// for (transport/webui sets it); a decision without decided_by is
+// recorded under that name.
+const HeaderUser = "X-OpenStarry-User"
+
 func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
 	id, err := ParseApprovalID(r.PathValue("id"))
 	if err != nil {
@@ -88,7 +94,21 @@ func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	answer(w, r, http.StatusOK)(m.Decide(r.Context(), id, status, d.Feedback))
+	by := d.DecidedBy
+	if by == "" {
+		by = strings.TrimSpace(r.Header.Get(HeaderUser))
+		if validDecider(by) != nil {
+			by = ""
+		}
+	}
+	if by == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		by = "http " + host
+	}
+	answer(w, r, http.StatusOK)(m.DecideBy(r.Context(), id, status, d.Feedback, by))
 }
 
 func (m *Manager) withProject(h func(w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {

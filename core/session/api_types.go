@@ -8,6 +8,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // ErrBadRequest is wrapped by every error of a request body or argument.
@@ -148,6 +150,9 @@ func agentIDOK(id string) bool {
 type Decision struct {
 	Decision string `json:"decision"` // approve, reject, revise
 	Feedback string `json:"feedback"`
+	// DecidedBy names who decides (optional; up to 128 printable
+	// characters).
+	DecidedBy string `json:"decided_by,omitempty"`
 }
 
 // DecodeDecision parses and checks the body of POST /approvals/{id}; it
@@ -159,6 +164,10 @@ func DecodeDecision(r io.Reader) (*Decision, string, error) {
 	}
 	if len(d.Feedback) > 64<<10 {
 		return nil, "", fmt.Errorf("%w: feedback longer than 64 KiB", ErrBadRequest)
+	}
+	d.DecidedBy = strings.TrimSpace(d.DecidedBy)
+	if err := validDecider(d.DecidedBy); err != nil {
+		return nil, "", err
 	}
 	switch d.Decision {
 	case "approve", "approved":
@@ -272,6 +281,19 @@ func DecodeToolRequest(data []byte, v any) error {
 	}
 	if err := ValidateSessionID(s); err != nil {
 		return fmt.Errorf("%w: %v", ErrBadRequest, err)
+	}
+	return nil
+}
+
+// validDecider accepts up to 128 printable characters of UTF-8.
+func validDecider(s string) error {
+	if len(s) > 128 || !utf8.ValidString(s) {
+		return fmt.Errorf("%w: decided_by: at most 128 bytes of UTF-8", ErrBadRequest)
+	}
+	for _, c := range s {
+		if !unicode.IsPrint(c) {
+			return fmt.Errorf("%w: decided_by: printable characters only", ErrBadRequest)
+		}
 	}
 	return nil
 }

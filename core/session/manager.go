@@ -556,8 +556,14 @@ func (m *Manager) buildResumeContext(ctx context.Context, parent *Session) (*Res
 // blocked), revision_requested re-runs it with the feedback. The decision
 // reaches the session's dispatcher as an event.
 func (m *Manager) Decide(ctx context.Context, id int64, status, feedback string) (*Approval, error) {
+	return m.DecideBy(ctx, id, status, feedback, "")
+}
+
+// DecideBy is Decide with the name of who decided, recorded with the
+// decision and its time.
+func (m *Manager) DecideBy(ctx context.Context, id int64, status, feedback, by string) (*Approval, error) {
 	m.mu.Lock()
-	a, err := m.store.Decide(ctx, id, status, feedback, m.now())
+	a, err := m.store.Decide(ctx, id, status, feedback, by, m.now())
 	if err != nil {
 		m.mu.Unlock()
 		return nil, err
@@ -570,7 +576,7 @@ func (m *Manager) Decide(ctx context.Context, id int64, status, feedback string)
 	if err != nil {
 		return nil, err
 	}
-	m.log.Info().Int64("approval", a.ID).Str("project", a.ProjectID).Str("task", a.TaskID).Str("status", a.Status).
+	m.log.Info().Int64("approval", a.ID).Str("project", a.ProjectID).Str("task", a.TaskID).Str("status", a.Status).Str("by", a.DecidedBy).
 		Msgf("approval %d of %s: %s", a.ID, a.TaskID, a.Status)
 	if sessionID != "" {
 		m.saveFiles(ctx, a.ProjectID, sessionID, true)

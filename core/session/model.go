@@ -139,6 +139,7 @@ type Revision struct {
 	Status   string    `json:"status"`
 	Feedback string    `json:"feedback,omitempty"`
 	Attempt  int       `json:"attempt"`
+	By       string    `json:"by,omitempty"` // who decided
 }
 
 // Approval is a row of the human_approvals table.
@@ -158,6 +159,9 @@ type Approval struct {
 	WorkerInstructions json.RawMessage `json:"worker_instructions"`
 	Artifacts          json.RawMessage `json:"artifacts"`
 	RevisionHistory    []Revision      `json:"revision_history"`
+	// DecidedBy names who took the decision: the name a person gave, or
+	// the address it came from when they gave none.
+	DecidedBy string `json:"decided_by,omitempty"`
 }
 
 // Approach is one entry of approaches.json (any of the three kinds); the

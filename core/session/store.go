@@ -105,6 +105,9 @@ var migrations = []string{
 		PRIMARY KEY (session_id, id),
 		FOREIGN KEY (session_id) REFERENCES sessions(id)
 	);`,
+	// Who decided an approval: the name the person gave (web UI, CLI
+	// --by, API decided_by), or the address the decision came from.
+	`ALTER TABLE human_approvals ADD COLUMN decided_by TEXT;`,
 }
 
 // Store is DATA/sessions.db. Every method is safe for concurrent use; each
@@ -530,11 +533,11 @@ func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, err
 		hist = []Revision{}
 	}
 	q := `INSERT INTO human_approvals(session_id, project_id, checkpoint_type, leader_id, status, submitted_at, resolved_at,
-		feedback, instruction_content, worker_instructions, artifacts, revision_history, task_id, attempt)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+		feedback, instruction_content, worker_instructions, artifacts, revision_history, task_id, attempt, decided_by)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	args := []any{a.SessionID, a.ProjectID, a.CheckpointType, a.LeaderID, a.Status, ts(a.SubmittedAt), tsp(a.ResolvedAt),
 		nullStr(a.Feedback), nullStr(a.InstructionContent), jsonArray(a.WorkerInstructions), jsonArray(a.Artifacts),
-		jsonText(hist), a.TaskID, a.Attempt}
+		jsonText(hist), a.TaskID, a.Attempt, nullStr(a.DecidedBy)}
 	if a.ID > 0 { // a rebuild keeps the ids the files name
 		q = strings.Replace(q, "(session_id,", "(id, session_id,", 1)
 		q = strings.Replace(q, "VALUES (?,", "VALUES (?,?,", 1)
@@ -557,14 +560,14 @@ func jsonArray(r json.RawMessage) string {
 
 const approvalCols = `id, session_id, project_id, task_id, attempt, checkpoint_type, leader_id, status, submitted_at,
 	resolved_at, COALESCE(feedback,''), COALESCE(instruction_content,''), COALESCE(worker_instructions,'[]'),
-	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]')`
+	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]'), COALESCE(decided_by,'')`
 
 func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
 	var a Approval
 	var submitted, wi, art, hist string
 	var resolved sql.NullString
 	err := sc.Scan(&a.ID, &a.SessionID, &a.ProjectID, &a.TaskID, &a.Attempt, &a.CheckpointType, &a.LeaderID, &a.Status,
-		&submitted, &resolved, &a.Feedback, &a.InstructionContent, &wi, &art, &hist)
+		&submitted, &resolved, &a.Feedback, &a.InstructionContent, &wi, &art, &hist, &a.DecidedBy)
 	if t := parseTS(sql.NullString{String: submitted, Valid: true}); t != nil {
 		a.SubmittedAt = *t
 	}
@@ -629,9 +632,10 @@ func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]Appr
 	return out, rows.Err()
 }
 
-// Decide resolves a pending approval: status, feedback, resolved_at, and
-// an entry in revision_history. ErrConflict when it is not pending.
-func (s *Store) Decide(ctx context.Context, id int64, status, feedback string, at time.Time) (*Approval, error) {
+// Decide resolves a pending approval: status, feedback, who decided,
+// resolved_at, and an entry in revision_history. ErrConflict when it is
+// not pending.
+func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by string, at time.Time) (*Approval, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -647,9 +651,9 @@ func (s *Store) Decide(ctx context.Context, id int64, status, feedback string, a
 	if a.Status != ApprovalPending {
 		return nil, fmt.Errorf("approval %d is already %s: %w", id, a.Status, ErrConflict)
 	}
-	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt})
-	if _, err := tx.ExecContext(ctx, `UPDATE human_approvals SET status=?, feedback=?, resolved_at=?, revision_history=? WHERE id=?`,
-		status, nullStr(feedback), ts(at), jsonText(a.RevisionHistory), id); err != nil {
+	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by})
+	if _, err := tx.ExecContext(ctx, `UPDATE human_approvals SET status=?, feedback=?, resolved_at=?, revision_history=?, decided_by=? WHERE id=?`,
+		status, nullStr(feedback), ts(at), jsonText(a.RevisionHistory), nullStr(by), id); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {

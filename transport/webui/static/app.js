@@ -614,9 +614,7 @@ function approvalHistory(list, withProject) {
 }
 
 function decidedBy(a) {
-  const by = a.decided_by || a.resolved_by || '';
-  const via = a.decided_via || '';
-  return by ? by + (via ? ' (' + via + ')' : '') : '—';
+  return a.decided_by || '—';
 }
 
 function pendingCard(a) {
@@ -658,7 +656,9 @@ async function decide(a, decision, fb, card, box) {
   buttons.forEach((b) => { b.disabled = true; });
   showMsg(box, 'info', 'Sending the decision…');
   try {
-    await api('POST', `/approvals/${encodeURIComponent(a.id)}`, { decision, feedback });
+    const who = $('#decider');
+    const by = who ? who.value.trim() : S.name;
+    await api('POST', `/approvals/${encodeURIComponent(a.id)}`, by ? { decision, feedback, decided_by: by } : { decision, feedback });
     const word = { approve: 'approved', reject: 'rejected', revise: 'sent back for revision' }[decision];
     announce(`Approval ${a.id} ${word}`);
     S.last = {};
@@ -673,7 +673,15 @@ async function decide(a, decision, fb, card, box) {
 
 PAGES.approvals = {
   async render() {
+    const who = el('input', { id: 'decider', type: 'text', name: 'decided_by', maxlength: '128', autocomplete: 'name',
+      value: S.name, 'aria-describedby': 'decider-hint' });
+    who.addEventListener('change', () => {
+      S.name = who.value.trim();
+      localStorage.setItem('openstarry.name', S.name);
+    });
     fill(main(), el('h1', { text: 'Approvals' }),
+      el('div', { class: 'field' }, el('label', { for: 'decider', text: 'Your name' }), who,
+        el('p', { class: 'hint', id: 'decider-hint', text: 'Recorded with each decision taken here, and its time. Works with the hub and the internet out of reach: the decision is kept on this device.' })),
       el('div', { id: 'approvals-msg', class: 'msg', role: 'status' }),
       el('h2', { text: 'Pending' }),
       el('div', { id: 'pending' }),
