@@ -71,16 +71,23 @@ func newBrowser(t *testing.T, width, height int) *browser {
 	t.Cleanup(func() { cancelB(); cancelA() })
 	// The first Run launches the browser and ties it to ctx: a context
 	// with a deadline here would close it when the deadline passed.
-	// A headless window is at least 500 px wide: a phone's width is
-	// emulated (as a touch device when narrow).
+	if err := chromedp.Run(ctx); err != nil {
+		t.Fatalf("starting chromium: %v", err)
+	}
+	b := &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	b.resize(width, height)
+	return b
+}
+
+// resize sets the page's viewport. A headless window is at least 500 px
+// wide: a phone's width is emulated, as a touch device.
+func (b *browser) resize(width, height int) {
+	b.t.Helper()
 	vp := []chromedp.EmulateViewportOption{chromedp.EmulateScale(1)}
 	if width < 600 {
 		vp = append(vp, chromedp.EmulateMobile, chromedp.EmulateTouch)
 	}
-	if err := chromedp.Run(ctx, chromedp.EmulateViewport(int64(width), int64(height), vp...)); err != nil {
-		t.Fatalf("starting chromium: %v", err)
-	}
-	return &browser{t: t, ctx: ctx, dir: screenshotDir(t)}
+	b.run("viewport", 10*time.Second, chromedp.EmulateViewport(int64(width), int64(height), vp...))
 }
 
 // run runs actions with a deadline; on failure it saves a screenshot and
@@ -152,4 +159,55 @@ func screenshotDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// a11yJS lists what keeps a page from being used with a screen reader or
+// the keyboard alone: a control without a label, a button or link without
+// a name, a progress bar without a label, a page without one h1, ids
+// repeated or pointed at in vain, a positive tabindex (which breaks the
+// keyboard's order).
+const a11yJS = `(() => {
+  const bad = [];
+  if (!document.documentElement.lang) bad.push('html has no lang');
+  const h1 = document.querySelectorAll('main h1').length;
+  if (h1 !== 1) bad.push('main has ' + h1 + ' h1');
+  for (const e of document.querySelectorAll('input, select, textarea')) {
+    if (e.type === 'hidden') continue;
+    if (!(e.labels && e.labels.length) && !e.getAttribute('aria-label') && !e.getAttribute('aria-labelledby'))
+      bad.push('unlabelled ' + e.tagName.toLowerCase() + '#' + e.id);
+  }
+  for (const e of document.querySelectorAll('button, a[href]'))
+    if (!(e.textContent.trim() || e.getAttribute('aria-label'))) bad.push('nameless ' + e.outerHTML.slice(0, 80));
+  for (const e of document.querySelectorAll('progress'))
+    if (!e.getAttribute('aria-label') && !(e.labels && e.labels.length)) bad.push('unlabelled progress');
+  const ids = {};
+  for (const e of document.querySelectorAll('[id]')) { if (ids[e.id]) bad.push('id twice: ' + e.id); ids[e.id] = true; }
+  for (const e of document.querySelectorAll('[aria-describedby], [aria-labelledby]'))
+    for (const a of ['aria-describedby', 'aria-labelledby'])
+      for (const id of (e.getAttribute(a) || '').split(' ').filter(Boolean))
+        if (!document.getElementById(id)) bad.push(a + ' names no element: ' + id);
+  for (const e of document.querySelectorAll('[tabindex]')) if (e.tabIndex > 0) bad.push('positive tabindex on ' + e.tagName);
+  return bad;
+})()`
+
+// checkA11y fails the test for each finding of a11yJS on the current page.
+func (b *browser) checkA11y(page string) {
+	b.t.Helper()
+	var bad []string
+	b.run("accessibility of "+page, 5*time.Second, chromedp.Evaluate(a11yJS, &bad))
+	for _, f := range bad {
+		b.t.Errorf("%s page: %s", page, f)
+	}
+}
+
+// checkNarrow fails the test when the current page scrolls sideways.
+func (b *browser) checkNarrow(page string) {
+	b.t.Helper()
+	var overflow bool
+	b.run("width of "+page, 5*time.Second,
+		chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
+	if overflow {
+		b.shot("failed-narrow-" + page)
+		b.t.Errorf("the %s page scrolls sideways at a phone's width", page)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 )
 
 // TestWebUIAgents: the agents page of the real daemon in a real browser
@@ -51,6 +52,17 @@ func TestWebUIAgents(t *testing.T) {
 	// The table shows the task as the master's last result without a reload.
 	b.waitText("last result live", "#agents-table", id, 10*time.Second)
 	b.shot("agents")
+	b.checkA11y("agents")
+
+	// The keyboard alone: type, tab to Send, press Enter.
+	b.run("keyboard send", 10*time.Second,
+		chromedp.Evaluate(`document.querySelector('#task-input').value = ''`, nil),
+		chromedp.Focus("#task-input", chromedp.ByQuery),
+		chromedp.KeyEvent("typed on the keyboard"),
+		chromedp.KeyEvent(kb.Tab), // the JSON box
+		chromedp.KeyEvent(kb.Tab), // Send
+		chromedp.KeyEvent(kb.Enter))
+	b.waitText("keyboard task output", "#task-output", "typed on the keyboard", 20*time.Second)
 
 	// A JSON input that does not parse is refused in the page, nothing sent.
 	b.run("bad JSON", 10*time.Second,
@@ -69,16 +81,11 @@ func TestWebUIAgents(t *testing.T) {
 	b.waitText("refusal shown", "#task-result", "no agent ghost in this daemon (unknown_agent, HTTP 404)", 5*time.Second)
 
 	// A phone's width: the table becomes cards, nothing overflows sideways.
-	phone := newBrowser(t, 390, 844)
-	phone.run("open at phone width", 20*time.Second, chromedp.Navigate(base+"/#/agents"))
+	phone := b
+	phone.resize(390, 844)
+	phone.run("open at phone width", 20*time.Second, chromedp.Navigate(base+"/#/agents"), chromedp.Reload())
 	phone.waitText("phone: master", "#agents-table", "running", 15*time.Second)
-	var overflow bool
-	phone.run("no sideways scroll", 5*time.Second,
-		chromedp.Evaluate(`document.documentElement.scrollWidth > window.innerWidth + 1`, &overflow))
-	if overflow {
-		phone.shot("failed-phone-overflow")
-		t.Error("the agents page scrolls sideways at 390 px")
-	}
+	phone.checkNarrow("agents")
 	phone.shot("agents-phone")
 }
 
@@ -171,6 +178,7 @@ func TestWebUILogin(t *testing.T) {
 		chromedp.Click("#login-form button[type=submit]", chromedp.ByQuery))
 	b.waitText("wrong token refused", "#login-msg", "wrong token", 5*time.Second)
 	b.shot("login")
+	b.checkA11y("login")
 
 	b.run("right token", 10*time.Second,
 		chromedp.SetValue("#login-token", tok, chromedp.ByQuery),
@@ -374,6 +382,7 @@ func TestWebUISessions(t *testing.T) {
 		t.Fatalf("Resume disabled: interrupted project %v (want false), active project %v (want true)", resumeDisabled, otherDisabled)
 	}
 	b.shot("projects")
+	b.checkA11y("projects")
 
 	// Keyboard only: focus the button and press Enter.
 	b.run("resume with the keyboard", 10*time.Second,
@@ -401,12 +410,14 @@ func TestWebUISessions(t *testing.T) {
 	}
 	b.waitText("tasks done", "#main table", "completed", 10*time.Second)
 	b.shot("project")
+	b.checkA11y("project")
 
 	// Approvals: approve the pending one with a feedback.
 	b.run("approvals page", 10*time.Second, chromedp.Navigate(base+"/#/approvals"))
 	card := fmt.Sprintf(`[data-approval="%d"]`, pending[0].ID)
 	b.waitText("pending card", "#pending", pending[0].TaskID, 10*time.Second)
 	b.shot("approvals-pending")
+	b.checkA11y("approvals")
 	b.run("approve", 10*time.Second,
 		chromedp.SendKeys("#decider", "Dana", chromedp.ByID),
 		chromedp.SendKeys(card+" textarea", "Clear and short: publish it.", chromedp.ByQuery),
@@ -422,6 +433,20 @@ func TestWebUISessions(t *testing.T) {
 		return planStatus(p, 0) == "completed" && planStatus(p, 1) == "completed"
 	}, d.logs)
 	b.shot("approvals")
+
+	// At a phone's width every page fits.
+	phone := b
+	phone.resize(390, 844)
+	for _, pg := range []struct{ name, hash, sel, want string }{
+		{"projects", "#/projects", "#projects-list", "Nightly build"},
+		{"project", "#/projects/" + interrupted.ID, "#sessions", child.ID},
+		{"approvals", "#/approvals", "#history", "Dana"},
+	} {
+		phone.run("phone "+pg.name, 20*time.Second, chromedp.Navigate(base+"/"+pg.hash))
+		phone.waitText("phone "+pg.name, pg.sel, pg.want, 15*time.Second)
+		phone.checkNarrow(pg.name)
+	}
+	phone.shot("approvals-phone")
 
 	// A revision without feedback is refused in the page; the API's own
 	// refusal is shown as it says it.
