@@ -16,14 +16,14 @@ import (
 
 // browser is a headless Chromium driven over the DevTools protocol.
 type browser struct {
-	t   *testing.T
+	t   testing.TB
 	ctx context.Context
 	dir string // where screenshots go
 }
 
 // chromiumPath finds Debian's chromium (or another Chromium build); the
 // test fails when there is none: CI installs it (.ci/run).
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
 	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
 		if p, err := exec.LookPath(name); err == nil {
@@ -37,7 +37,7 @@ func chromiumPath(t *testing.T) string {
 // newBrowser starts a fresh headless Chromium with its own profile, quiet
 // on the network (no background requests, no QUIC, no component updates),
 // with a width×height window. It is killed when the test ends.
-func newBrowser(t *testing.T, width, height int) *browser {
+func newBrowser(t testing.TB, width, height int) *browser {
 	t.Helper()
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
@@ -147,7 +147,7 @@ func (b *browser) shot(name string) {
 // screenshotDir is where the pages' screenshots go: a temporary directory,
 // or $OPENSTARRY_SCREENSHOTS (relative to the repository's root), which
 // is how docs/img/ is refreshed.
-func screenshotDir(t *testing.T) string {
+func screenshotDir(t testing.TB) string {
 	dir := os.Getenv("OPENSTARRY_SCREENSHOTS")
 	if dir == "" {
 		return t.TempDir()
