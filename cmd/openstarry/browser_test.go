@@ -126,7 +126,7 @@ func (b *browser) waitText(what, sel, want string, timeout time.Duration) string
 	}
 }
 
-// shot saves a PNG of the whole page as name.png in the screenshot
+// shot saves a PNG of the whole page as webui-NAME.png in the screenshot
 // directory.
 func (b *browser) shot(name string) {
 	var png []byte
@@ -136,7 +136,7 @@ func (b *browser) shot(name string) {
 		b.t.Logf("screenshot %s: %v", name, err)
 		return
 	}
-	p := filepath.Join(b.dir, name+".png")
+	p := filepath.Join(b.dir, "webui-"+name+".png")
 	if err := os.WriteFile(p, png, 0o644); err != nil {
 		b.t.Errorf("screenshot %s: %v", name, err)
 		return
