@@ -24,6 +24,12 @@ import (
 var binPath string
 
 func TestMain(m *testing.M) {
+	// A test that runs this test binary again (in a network namespace)
+	// hands it the binary it built.
+	if p := os.Getenv("OPENSTARRY_TEST_BIN"); p != "" {
+		binPath = p
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "openstarry-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -26,6 +26,7 @@ import (
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/webui"
 )
 
 // configFlags locate the configuration: every daemon-side command has them.
@@ -82,7 +83,8 @@ func init() {
 		Long: `Run the Orchestrator daemon: boot in four phases (infrastructure, design layer,
 master agent, workers on demand), run one process per agent, restart crashed
 ones with backoff, and serve the control API (openstarry status, openstarry
-agent) and the HTTP listener (/healthz, /metrics, /agents/{id}/...).
+agent) and the HTTP listener (the web UI at /, /healthz, /metrics,
+/agents/{id}/...).
 
 Exit status: 0 after SIGTERM or SIGINT, 3 when another daemon runs on the data
 directory, 1 on any other error.`,
@@ -111,7 +113,8 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) erro
 }
 
 // runDaemonTo wires the concrete pieces into daemon.Run: the design layer
-// resolver, the MQTT infrastructure, and the MQTT status publisher. The
+// resolver, the MQTT infrastructure, the MQTT status publisher, and the web
+// UI on the HTTP listener. The
 // agents' log lines go to childLog.
 func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, childLog io.Writer) error {
 	df := designFlags{url: cfg.Design.URL, timeout: cfg.Design.Timeout, retries: cfg.Design.Retries,
@@ -132,6 +135,10 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	if err := mi.enableFleet(cfg, fleetOps{cfg: cfg, ring: ring}); err != nil {
 		return err
 	}
+	ui, err := webui.New(webui.Options{Token: cfg.HTTP.Token, Log: log})
+	if err != nil {
+		return err
+	}
 	log.Info().Str("data", cfg.Data).Str("version", version).Msg("openstarry daemon starting")
 	err = daemon.Run(ctx, daemon.Options{
 		Config:       cfg,
@@ -141,6 +148,7 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 		Log:          log,
 		ChildLog:     childLog,
 		OnAgentState: mi.publishState,
+		Web:          ui.Wrap,
 	})
 	if errors.Is(err, daemon.ErrRunning) {
 		return exitCode(exitLocked, err)

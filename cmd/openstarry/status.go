@@ -58,6 +58,9 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 	if st.HTTP != "" {
 		fmt.Fprintf(w, ", http %s", st.HTTP)
 	}
+	if st.PreviousRun != "" {
+		fmt.Fprintf(w, ", previous run %s", st.PreviousRun)
+	}
 	fmt.Fprintln(w)
 	if len(st.Phases) > 0 {
 		var ps []string

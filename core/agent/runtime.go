@@ -77,6 +77,10 @@ type Config struct {
 	MaxQueue     int // queued events before Submit fails with ErrQueueFull; default 10,000
 	ToolTimeout  time.Duration
 	ArtifactsDir string // opened once by Start as the agent's tool.Artifacts; "" for none
+	// TaskArtifacts, when set, names the artifacts directory of a task
+	// that belongs to a project's session (its project_id and session_id);
+	// empty: ArtifactsDir.
+	TaskArtifacts func(projectID, sessionID string) string
 	// Vars are set into working_variables at every start (the template's
 	// name, version and digest).
 	Vars     map[string]any
@@ -220,6 +224,10 @@ type outcome struct {
 	// summary, when not nil, is the brain's summary of the messages this
 	// outcome pushes out of the window.
 	summary *modelSummary
+
+	// The task's session, when it names one (see session.go).
+	projectID, sessionID string
+	vars                 map[string]any
 }
 
 // modelSummary is a brain's summary covering the oldest `covers` messages
@@ -766,6 +774,7 @@ func (r *Runtime) finish(out *outcome) {
 	res.TickIndex = s.TickIndex
 	res.FinishedAt = r.nowMs()
 	s.Outbox = append(s.Outbox, res)
+	applySession(s, out)
 	vars := s.Memory.WorkingVariables
 	vars["last_task_id"] = res.TaskID
 	vars["tasks_"+res.Status] = numberVar(vars["tasks_"+res.Status]) + 1

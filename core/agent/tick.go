@@ -55,6 +55,10 @@ func (r *Runtime) think(in tickInput) *outcome {
 		task.Input = json.RawMessage("null")
 	}
 	out.result = Result{TaskID: task.TaskID, Source: ev.Source}
+	if sessionTask(out, &task) {
+		out.messages = append([]Message{{Role: "user", Content: clip(inputText(task.Input)), TaskID: task.TaskID}}, out.messages...)
+		return out
+	}
 	log := &TurnLog{EventID: ev.ID, TaskID: task.TaskID}
 	if in.turn != nil && in.turn.EventID == ev.ID {
 		log = in.turn
@@ -96,7 +100,7 @@ func (r *Runtime) think(in tickInput) *outcome {
 	// A reply saved by an earlier process whose calls did not all run:
 	// run the rest without asking the brain again.
 	if n := len(log.Steps); n > 0 && len(log.Steps[n-1].Results) < len(log.Steps[n-1].Calls) {
-		if r.runCalls(ctx, ev, task.TaskID, log, &results) {
+		if r.runCalls(ctx, ev, &task, log, &results) {
 			out.aborted = true
 			return out
 		}
@@ -134,7 +138,7 @@ func (r *Runtime) think(in tickInput) *outcome {
 			out.aborted = true
 			return out
 		}
-		if r.runCalls(ctx, ev, task.TaskID, log, &results) {
+		if r.runCalls(ctx, ev, &task, log, &results) {
 			out.aborted = true
 			return out
 		}
@@ -145,12 +149,13 @@ func (r *Runtime) think(in tickInput) *outcome {
 // runCalls runs the calls of the log's last step that have no result yet,
 // appending each result to the step and to results. It returns true when
 // the runtime refused to let a tool start (stopping).
-func (r *Runtime) runCalls(ctx context.Context, ev Event, taskID string, log *TurnLog, results *[]ToolResult) (aborted bool) {
+func (r *Runtime) runCalls(ctx context.Context, ev Event, task *Task, log *TurnLog, results *[]ToolResult) (aborted bool) {
+	taskID := task.TaskID
 	st := &log.Steps[len(log.Steps)-1]
 	for i := len(st.Results); i < len(st.Calls); i++ {
 		call := st.Calls[i]
 		r.progress(taskID, len(log.Steps)-1, "tool:"+call.Tool)
-		res, aborted := r.runTool(ctx, ev, taskID, len(*results), call, *results, log)
+		res, aborted := r.runTool(ctx, ev, task, len(*results), call, *results, log)
 		if aborted {
 			return true
 		}
@@ -207,7 +212,8 @@ func jitter(d time.Duration) time.Duration {
 
 // runTool runs one call. A non-idempotent tool runs only after its intent is
 // durable; aborted is true when the runtime refused the intent (stopping).
-func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int, call Call, done []ToolResult, log *TurnLog) (ToolResult, bool) {
+func (r *Runtime) runTool(ctx context.Context, ev Event, task *Task, step int, call Call, done []ToolResult, log *TurnLog) (ToolResult, bool) {
+	taskID := task.TaskID
 	res := ToolResult{Tool: call.Tool, CallID: call.ID}
 	if !r.allowed(call.Tool) {
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
@@ -231,8 +237,12 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, taskID string, step int
 	}
 	tctx, cancel := context.WithTimeout(ctx, r.cfg.ToolTimeout)
 	defer cancel()
-	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.cfg.ArtifactsDir, Artifacts: r.artifacts,
+	env := tool.Env{AgentID: r.cfg.AgentID, TaskID: taskID, ArtifactsDir: r.artifactsFor(task),
+		ProjectID: task.ProjectID, SessionID: task.SessionID,
 		Log: r.log.With().Str("tool", call.Tool).Str("task", taskID).Logger(), Services: r.cfg.Services}
+	if env.ArtifactsDir == r.cfg.ArtifactsDir {
+		env.Artifacts = r.artifacts // the agent's own directory, opened once
+	}
 	output, err := t.Run(tctx, env, call.Args)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

@@ -27,7 +27,17 @@ type Config struct {
 	MQTT      MQTT
 	Supervise Supervise
 	Master    Master
+	Sessions  Sessions
 	Log       Log
+}
+
+// Sessions tunes session continuity (projects, sessions, approvals).
+type Sessions struct {
+	// CheckpointInterval is how often an active session's
+	// state_checkpoint.json is written besides the event moments.
+	CheckpointInterval time.Duration
+	// AutoResume resumes interrupted sessions at boot without an operator.
+	AutoResume bool
 }
 
 // HTTP is the daemon's own listener (/healthz, /metrics, the agents).
@@ -137,6 +147,9 @@ var Keys = []Key{
 
 	{Name: "master.agent", Env: "OPENSTARRY_MASTER_AGENT", Default: "master", Doc: "agent id of the master agent", field: func(c *Config) any { return &c.Master.Agent }},
 	{Name: "master.template", Env: "OPENSTARRY_MASTER_TEMPLATE", Default: "master", Doc: "template (blueprint) name of the master agent", field: func(c *Config) any { return &c.Master.Template }},
+
+	{Name: "sessions.checkpoint_interval", Env: "OPENSTARRY_SESSIONS_CHECKPOINT_INTERVAL", Default: "5m", Doc: "how often an active session's state_checkpoint.json is written, besides task completion, approvals, errors and the session's end", field: func(c *Config) any { return &c.Sessions.CheckpointInterval }},
+	{Name: "sessions.auto_resume", Env: "OPENSTARRY_SESSIONS_AUTO_RESUME", Default: "false", Doc: "resume interrupted sessions at boot by themselves; off: an operator resumes them (API, `openstarry session resume`) after reading why they stopped", field: func(c *Config) any { return &c.Sessions.AutoResume }},
 
 	{Name: "log.level", Env: "OPENSTARRY_LOG_LEVEL", Default: "info", Doc: "trace, debug, info, warn or error (the agents get the same)", field: func(c *Config) any { return &c.Log.Level }},
 	{Name: "log.format", Env: "OPENSTARRY_LOG_FORMAT", Doc: "json or console; empty: console on a terminal, JSON otherwise (journal)", field: func(c *Config) any { return &c.Log.Format }},
@@ -467,6 +480,7 @@ func (c *Config) Validate() error {
 		{"supervise.crashloop_window", c.Supervise.CrashloopWindow},
 		{"supervise.stop_timeout", c.Supervise.StopTimeout},
 		{"supervise.ready_timeout", c.Supervise.ReadyTimeout},
+		{"sessions.checkpoint_interval", c.Sessions.CheckpointInterval},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive")

@@ -206,6 +206,14 @@ func TestConfigurationDocTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pages, _ := filepath.Glob("../../docs/*.md")
+	for _, p := range pages {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, b...)
+	}
 	for _, k := range Keys {
 		if !strings.Contains(string(data), "| `"+k.Name+"` | `"+k.Env+"` |") {
 			t.Errorf("docs/configuration.md has no row for %s (%s)", k.Name, k.Env)

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
 )
@@ -36,6 +37,7 @@ func (d *Daemon) controlHandler() http.Handler {
 	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
 	mux.HandleFunc("POST /v1/manage", d.handleManage)
 	routes := httpx.Routes(mux)
+	mux.HandleFunc("POST /v1/sessions/{op}", d.handleSessionTool)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if httpx.TokenOK(r, d.token) {
 			routes.ServeHTTP(w, r)
@@ -213,7 +215,7 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 	d.mu.Lock()
 	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
 		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
-		StateStore: d.store}
+		StateStore: d.store, PreviousRun: d.previousRun}
 	d.mu.Unlock()
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup
@@ -238,6 +240,9 @@ type snapInfo struct {
 	Status    string            `json:"status"`
 	Queue     []json.RawMessage `json:"event_queue_backup"`
 	Outbox    []json.RawMessage `json:"outbox"`
+	Memory    struct {
+		History []agent.Message `json:"short_term_history"`
+	} `json:"memory"`
 }
 
 func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
@@ -260,6 +265,24 @@ func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 		return
 	}
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
+	for i := len(s.Memory.History) - 1; i >= 0; i-- {
+		if m := s.Memory.History[i]; m.Role == "assistant" && m.TaskID != "" {
+			a.LastTask, a.LastResult = m.TaskID, clipRunes(m.Content, 200)
+			break
+		}
+	}
+}
+
+// clipRunes cuts s to at most n characters, at a character boundary.
+func clipRunes(s string, n int) string {
+	i := 0
+	for j := range s {
+		if i == n {
+			return s[:j] + "…"
+		}
+		i++
+	}
+	return s
 }
 
 // writeJSON writes an answer indented for people reading it with curl;

@@ -27,6 +27,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/httpx"
 
 	"github.com/openstarry/openstarry-edge/core/privfs"
+	"github.com/openstarry/openstarry-edge/core/session"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -94,6 +95,10 @@ type Options struct {
 	// HTTPLimits bound the HTTP listener and the control API (timeouts,
 	// connections); the zero value is httpx's defaults.
 	HTTPLimits httpx.Limits
+	// Web, when set, wraps the HTTP listener's handler: it serves the web
+	// UI and may let a browser session stand for http.token
+	// (transport/webui). The daemon's own routes are the handler it gets.
+	Web func(api http.Handler) http.Handler
 }
 
 // Daemon is the Orchestrator: the boot sequence, the supervisors of the
@@ -117,6 +122,9 @@ type Daemon struct {
 	lock     *dirLock
 	reg      *registry
 	started  time.Time
+
+	sess        *session.Manager // session continuity: DATA/sessions.db, opened in phase 1
+	previousRun string           // how the previous run ended (boot journal): none, clean, crash, power_loss
 
 	life       context.Context // ends at shutdown: handoffs stop
 	cancelLife context.CancelFunc
@@ -221,6 +229,14 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	if d.reg, err = openRegistry(d.runDir); err != nil {
 		return err
 	}
+	// The state database before anything can use it: sessions.db opened
+	// and migrated, sessions the previous run left open marked interrupted.
+	if err := d.openSessions(ctx); err != nil {
+		return err
+	}
+	// Every return from here is an orderly stop (a kill -9 runs nothing):
+	// open sessions end as shutdown, and the journal records the clean stop.
+	closers = append(closers, func() { d.closeSessions(true) })
 	if d.token, err = control.NewToken(); err != nil {
 		return err
 	}
@@ -244,7 +260,11 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 			return fmt.Errorf("http.listen %s: %w", d.cfg.HTTP.Listen, err)
 		}
 		d.httpAddr = "http://" + ln.Addr().String()
-		srv := httpx.NewServer(d.httpHandler(), d.o.HTTPLimits)
+		h := d.httpHandler()
+		if d.o.Web != nil {
+			h = d.o.Web(h)
+		}
+		srv := httpx.NewServer(h, d.o.HTTPLimits)
 		go func() { _ = srv.Serve(httpx.Listen(ln, d.o.HTTPLimits, false, d.log)) }()
 		closers = append(closers, func() { shutdownServer(srv) })
 		d.log.Info().Str("addr", d.httpAddr).Msgf("daemon listening on %s", d.httpAddr)
@@ -321,6 +341,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.mu.Lock()
 	d.booted = true
 	d.mu.Unlock()
+	d.startSessions(ctx)
 	d.phaseDone(4, "workers", "phase 4/4 workers on demand ready", t4, d.log.Info().Int("restored_workers", restored))
 	d.log.Info().Int64("duration_ms", d.now().Sub(d.started).Milliseconds()).Msg("boot complete")
 	if d.o.Booted != nil {

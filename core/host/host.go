@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -165,6 +166,14 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		MaxQueue:     lim.MaxQueue,
 		ToolTimeout:  toolTimeout,
 		ArtifactsDir: art,
+		TaskArtifacts: func(projectID, sessionID string) string {
+			// The runtime passes only ids of the session formats.
+			dir := filepath.Join(a.DataDir, "projects", projectID, "sessions", sessionID, "artifacts")
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return ""
+			}
+			return dir
+		},
 		Vars:         vars,
 		Services:     services,
 		Outbox:       a.Outbox,

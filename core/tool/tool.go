@@ -28,7 +28,10 @@ type Env struct {
 	// tools open every path through it. Nil: a tool opens ArtifactsDir
 	// for the one call (tests, tools run outside an agent).
 	Artifacts *Artifacts
-	Log       zerolog.Logger
+	// ProjectID and SessionID name the project session the task belongs
+	// to, when it does (the session tools need them).
+	ProjectID, SessionID string
+	Log                  zerolog.Logger
 	// Services holds host-provided capabilities by name (the daemon's control
 	// client for agent_manager, for example). Tools type-assert what they need.
 	Services map[string]any

@@ -189,6 +189,16 @@ func (c *Client) Manage(ctx context.Context, requester string, req AgentRequest)
 	return out, nil
 }
 
+// Session sends a session tool request (op: approval, approach, task) on
+// behalf of requester and returns the daemon's JSON answer.
+func (c *Client) Session(ctx context.Context, requester, op string, req any) (json.RawMessage, error) {
+	var out json.RawMessage
+	if err := c.do(ctx, "POST", "/v1/sessions/"+url.PathEscape(op), requester, req, &out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func hash16(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:16])

@@ -102,6 +102,10 @@ type AgentInfo struct {
 	Queue          int    `json:"queue"`
 	Outbox         int    `json:"outbox"`
 	SnapshotStatus string `json:"snapshot_status,omitempty"`
+	// The newest answer in the agent's dialogue window: its task id and
+	// its first 200 characters.
+	LastTask   string `json:"last_task,omitempty"`
+	LastResult string `json:"last_result,omitempty"`
 }
 
 // Interruption is an agent whose snapshot was not closed cleanly when the
@@ -131,6 +135,10 @@ type Status struct {
 	Phases      []Phase        `json:"phases"`
 	Agents      []AgentInfo    `json:"agents"`
 	Interrupted []Interruption `json:"interrupted,omitempty"`
+	// PreviousRun is how the daemon's previous run ended, from its boot
+	// journal: none, clean, crash (no clean stop) or power_loss (no clean
+	// stop, and the machine booted since).
+	PreviousRun string `json:"previous_run,omitempty"`
 	StateStore  *StoreState    `json:"state_store,omitempty"`
 }
 

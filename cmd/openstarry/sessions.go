@@ -1,0 +1,478 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/session"
+)
+
+// The project, session and approval commands talk to the daemon's HTTP API
+// (found through its control socket, or --url): the daemon owns
+// sessions.db and the dispatchers, so a resume or a decision must go
+// through it to start a dispatcher or release a waiting task.
+
+type apiFlags struct {
+	configFlags
+	url    string
+	asJSON bool
+}
+
+func (f *apiFlags) bind(cmd *cobra.Command, listing bool) {
+	f.configFlags.bind(cmd)
+	cmd.Flags().StringVar(&f.url, "url", "", "the daemon's HTTP address (default: asked of the daemon on the data directory)")
+	if listing {
+		cmd.Flags().BoolVar(&f.asJSON, "json", false, "print JSON")
+	}
+}
+
+// apiClient is the daemon's session API.
+type apiClient struct {
+	base, token string
+	hc          *http.Client
+}
+
+func (f *apiFlags) client(cmd *cobra.Command) (*apiClient, error) {
+	cfg, err := f.load(cmd)
+	if err != nil {
+		return nil, err
+	}
+	c := &apiClient{base: strings.TrimRight(f.url, "/"), token: cfg.HTTP.Token, hc: &http.Client{Timeout: 30 * time.Second}}
+	if c.base == "" {
+		cc, err := control.Discover(cfg.Data)
+		if err != nil {
+			return nil, err
+		}
+		defer cc.Close()
+		st, err := cc.Status(cmd.Context())
+		if err != nil {
+			return nil, err
+		}
+		if st.HTTP == "" {
+			return nil, errors.New("the daemon has no HTTP listener (http.listen is empty); nothing serves sessions")
+		}
+		c.base = st.HTTP
+	}
+	return c, nil
+}
+
+func (c *apiClient) do(ctx context.Context, method, path string, in []byte, out any) error {
+	var body io.Reader
+	if in != nil {
+		body = bytes.NewReader(in)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode >= 300 {
+		var e struct{ Error, Code string }
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s (%s, %s)", e.Error, e.Code, resp.Status)
+		}
+		return fmt.Errorf("%s: %s", resp.Status, bytes.TrimSpace(data))
+	}
+	if raw, ok := out.(*json.RawMessage); ok {
+		*raw = append((*raw)[:0], data...)
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05")
+}
+
+func init() {
+	project := &cobra.Command{Use: "project", Short: "Projects: plans of tasks the daemon runs across sessions"}
+	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
+	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
+	rootCmd.AddCommand(project, session_, approval)
+
+	// project create FILE
+	{
+		var f apiFlags
+		cmd := &cobra.Command{
+			Use:   "create FILE|-",
+			Short: "Create a project from a plan (the JSON body of POST /projects); prints its id and tasks",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var data []byte
+				var err error
+				if args[0] == "-" {
+					data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20+1))
+				} else {
+					data, err = os.ReadFile(args[0])
+				}
+				if err != nil {
+					return err
+				}
+				if _, err := session.DecodeCreateRequest(bytes.NewReader(data)); err != nil {
+					return fmt.Errorf("%s: %w", args[0], err)
+				}
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				var v session.ProjectView
+				if err := c.do(cmd.Context(), "POST", "/projects", data, &v); err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), v)
+				}
+				printProject(cmd.OutOrStdout(), &v)
+				return nil
+			},
+		}
+		f.bind(cmd, true)
+		project.AddCommand(cmd)
+	}
+	// project list
+	{
+		var f apiFlags
+		cmd := &cobra.Command{
+			Use: "list", Short: "List the projects with their newest session", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				var ps []session.Project
+				if err := c.do(cmd.Context(), "GET", "/projects", nil, &ps); err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), ps)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "PROJECT\tNAME\tCREATED\tSESSION\tSTATUS")
+				for _, p := range ps {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, ago(p.CreatedAt), p.SessionID, p.Status)
+				}
+				return tw.Flush()
+			},
+		}
+		f.bind(cmd, true)
+		project.AddCommand(cmd)
+	}
+	// project show ID
+	{
+		var f apiFlags
+		cmd := &cobra.Command{
+			Use: "show PROJECT", Short: "Show a project: its tasks with their progress, its sessions", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if err := session.ValidateProjectID(args[0]); err != nil {
+					return err
+				}
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				var v session.ProjectView
+				if err := c.do(cmd.Context(), "GET", "/projects/"+args[0], nil, &v); err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), v)
+				}
+				printProject(cmd.OutOrStdout(), &v)
+				return nil
+			},
+		}
+		f.bind(cmd, true)
+		project.AddCommand(cmd)
+	}
+	// session list [PROJECT]
+	{
+		var f apiFlags
+		cmd := &cobra.Command{
+			Use: "list [PROJECT]", Short: "List the sessions of a project (of every project without one)", Args: cobra.MaximumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				ss, err := listSessions(cmd.Context(), c, args)
+				if err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), ss)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "SESSION\tPROJECT\tSTATUS\tREASON\tPARENT\tSTARTED\tENDED\tPHASE\tTASK")
+				for _, s := range ss {
+					ended := "-"
+					if s.EndedAt != nil {
+						ended = ago(*s.EndedAt)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.ProjectID, s.Status, dash(s.InterruptionReason),
+						dash(s.ParentSessionID), ago(s.StartedAt), ended, s.CurrentPhase, dash(s.CurrentTaskID))
+				}
+				return tw.Flush()
+			},
+		}
+		f.bind(cmd, true)
+		session_.AddCommand(cmd)
+	}
+	// session show SESSION
+	{
+		var f apiFlags
+		var projectID string
+		cmd := &cobra.Command{
+			Use: "show SESSION", Short: "Show a session: its state, checkpoint, approvals and approaches", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				p, err := projectOf(cmd.Context(), c, projectID, args[0])
+				if err != nil {
+					return err
+				}
+				var v json.RawMessage
+				if err := c.do(cmd.Context(), "GET", "/projects/"+p+"/sessions/"+args[0], nil, &v); err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(v)
+				return err
+			},
+		}
+		f.bind(cmd, false)
+		cmd.Flags().StringVar(&projectID, "project", "", "the session's project (default: looked up)")
+		session_.AddCommand(cmd)
+	}
+	// session resume SESSION
+	{
+		var f apiFlags
+		var projectID string
+		cmd := &cobra.Command{
+			Use:   "resume SESSION",
+			Short: "Resume an interrupted session: a child session continues the remaining tasks",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				p, err := projectOf(cmd.Context(), c, projectID, args[0])
+				if err != nil {
+					return err
+				}
+				var res session.ResumeResult
+				if err := c.do(cmd.Context(), "POST", "/projects/"+p+"/sessions/"+args[0]+"/resume", nil, &res); err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), res)
+				}
+				var rc session.ResumeContext
+				_ = json.Unmarshal(res.ResumeContext, &rc)
+				fmt.Fprintf(cmd.OutOrStdout(), "session %s resumed as %s (project %s): %d task(s) remain\n",
+					args[0], res.Session.ID, p, len(rc.RemainingTasks))
+				return nil
+			},
+		}
+		f.bind(cmd, true)
+		cmd.Flags().StringVar(&projectID, "project", "", "the session's project (default: looked up)")
+		session_.AddCommand(cmd)
+	}
+	// approval list [PROJECT]
+	{
+		var f apiFlags
+		var status string
+		cmd := &cobra.Command{
+			Use: "list [PROJECT]", Short: "List approvals (of one project, or all)", Args: cobra.MaximumNArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				path := "/approvals"
+				if len(args) == 1 {
+					if err := session.ValidateProjectID(args[0]); err != nil {
+						return err
+					}
+					path = "/projects/" + args[0] + "/approvals"
+				}
+				if status != "" {
+					path += "?status=" + url.QueryEscape(status)
+				}
+				var as []session.Approval
+				if err := c.do(cmd.Context(), "GET", path, nil, &as); err != nil {
+					return err
+				}
+				if f.asJSON {
+					return printJSON(cmd.OutOrStdout(), as)
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tPROJECT\tTASK\tATTEMPT\tTYPE\tLEADER\tSTATUS\tSUBMITTED\tFEEDBACK")
+				for _, a := range as {
+					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.ProjectID, a.TaskID, a.Attempt, a.CheckpointType,
+						a.LeaderID, a.Status, ago(a.SubmittedAt), dash(a.Feedback))
+				}
+				return tw.Flush()
+			},
+		}
+		f.bind(cmd, true)
+		cmd.Flags().StringVar(&status, "status", "", "only pending, approved, rejected or revision_requested")
+		approval.AddCommand(cmd)
+	}
+	for _, d := range []struct{ use, decision, short string }{
+		{"approve", "approve", "Approve: the waiting task completes"},
+		{"reject", "reject", "Reject: the waiting task fails and its dependents are blocked"},
+		{"revise", "revise", "Request a revision: the task runs again with the feedback (required)"},
+	} {
+		var f apiFlags
+		var feedback, by string
+		decision := d.decision
+		cmd := &cobra.Command{
+			Use: d.use + " ID", Short: d.short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if _, err := session.ParseApprovalID(args[0]); err != nil {
+					return err
+				}
+				c, err := f.client(cmd)
+				if err != nil {
+					return err
+				}
+				body, _ := json.Marshal(session.Decision{Decision: decision, Feedback: feedback, DecidedBy: by})
+				var a session.Approval
+				if err := c.do(cmd.Context(), "POST", "/approvals/"+args[0], body, &a); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "approval %d of %s: %s\n", a.ID, a.TaskID, a.Status)
+				return nil
+			},
+		}
+		f.bind(cmd, false)
+		cmd.Flags().StringVar(&feedback, "feedback", "", "what the person says (a revision needs it)")
+		cmd.Flags().StringVar(&by, "by", decider(), "who decides, recorded with the decision")
+		approval.AddCommand(cmd)
+	}
+}
+
+// decider is who runs the command: USER (USERNAME on Windows) at the
+// host's name.
+func decider() string {
+	u := os.Getenv("USER")
+	if u == "" {
+		u = os.Getenv("USERNAME")
+	}
+	if u == "" {
+		u = "operator"
+	}
+	if h, err := os.Hostname(); err == nil && h != "" {
+		return u + "@" + h
+	}
+	return u
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printProject(w io.Writer, v *session.ProjectView) {
+	fmt.Fprintf(w, "project %s %q: %d/%d tasks completed (%d%%), session %s %s\n", v.ID, v.Name, v.Progress.Completed,
+		v.Progress.Total, v.Progress.Percent, v.SessionID, v.Status)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tPHASE\tNAME\tSTATUS\tPROGRESS\tATTEMPT\tDEPENDS ON\tERROR")
+	for _, t := range v.Tasks {
+		st := t.Status
+		if t.State != "" {
+			st += " (" + t.State + ")"
+		}
+		deps := strings.Join(t.DependsOn, ",")
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d%%\t%d\t%s\t%s\n", t.ID, t.Phase, t.Name, st, t.ProgressPercent, t.Attempt, dash(deps), dash(t.Error))
+	}
+	tw.Flush()
+}
+
+// listSessions lists one project's sessions, or every project's.
+func listSessions(ctx context.Context, c *apiClient, args []string) ([]session.Session, error) {
+	var ids []string
+	if len(args) == 1 {
+		if err := session.ValidateProjectID(args[0]); err != nil {
+			return nil, err
+		}
+		ids = args
+	} else {
+		var ps []session.Project
+		if err := c.do(ctx, "GET", "/projects", nil, &ps); err != nil {
+			return nil, err
+		}
+		for _, p := range ps {
+			ids = append(ids, p.ID)
+		}
+	}
+	all := []session.Session{}
+	for _, id := range ids {
+		var ss []session.Session
+		if err := c.do(ctx, "GET", "/projects/"+id+"/sessions", nil, &ss); err != nil {
+			return nil, err
+		}
+		all = append(all, ss...)
+	}
+	return all, nil
+}
+
+// projectOf finds the project of a session (given, or looked up).
+func projectOf(ctx context.Context, c *apiClient, projectID, sessionID string) (string, error) {
+	if err := session.ValidateSessionID(sessionID); err != nil {
+		return "", err
+	}
+	if projectID != "" {
+		return projectID, session.ValidateProjectID(projectID)
+	}
+	ss, err := listSessions(ctx, c, nil)
+	if err != nil {
+		return "", err
+	}
+	for _, s := range ss {
+		if s.ID == sessionID {
+			return s.ProjectID, nil
+		}
+	}
+	return "", fmt.Errorf("no session %s in any project", sessionID)
+}

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"encoding/json"
+	"regexp"
+)
+
+// TaskTypeSessionResume is the type of the task that hands a resumed
+// session's context to an agent: the kernel keeps its input in
+// working_variables as resume_context (a model brain reads it there) and
+// answers done without asking the brain.
+const TaskTypeSessionResume = "session_resume"
+
+// Session ids as session continuity makes them; a task naming others is
+// run without session context (its artifacts stay in the agent's directory).
+var (
+	projectIDRe = regexp.MustCompile(`^proj_[0-9]{8}_[a-z0-9]{6}$`)
+	sessionIDRe = regexp.MustCompile(`^sess_[0-9]{14}_[a-z0-9]{6}$`)
+)
+
+// inSession reports whether a task belongs to a project's session.
+func inSession(t *Task) bool {
+	return projectIDRe.MatchString(t.ProjectID) && sessionIDRe.MatchString(t.SessionID)
+}
+
+// artifactsFor is the directory a task's file tools write to: its
+// session's (Config.TaskArtifacts) or the agent's own.
+func (r *Runtime) artifactsFor(t *Task) string {
+	if r.cfg.TaskArtifacts != nil && inSession(t) {
+		if dir := r.cfg.TaskArtifacts(t.ProjectID, t.SessionID); dir != "" {
+			return dir
+		}
+	}
+	return r.cfg.ArtifactsDir
+}
+
+// sessionTask notes a task's session in its outcome, and answers a
+// session_resume task itself; it returns true when the task is answered.
+func sessionTask(out *outcome, t *Task) bool {
+	if !inSession(t) {
+		return false
+	}
+	out.projectID, out.sessionID = t.ProjectID, t.SessionID
+	if t.Type != TaskTypeSessionResume {
+		return false
+	}
+	var ctx any
+	if err := json.Unmarshal(t.Input, &ctx); err != nil {
+		ctx = string(t.Input)
+	}
+	out.vars = map[string]any{"resume_context": ctx}
+	out.result.Status = ResultDone
+	out.result.Output = json.RawMessage(`{"stored":"working_variables.resume_context"}`)
+	out.messages = append(out.messages, Message{Role: "assistant", Content: "resume context stored", TaskID: t.TaskID})
+	return true
+}
+
+// applySession records a finished task's session in the snapshot: its
+// session_id, and project_id / session_id (and what the task set) in
+// working variables. The caller is the runtime's goroutine.
+func applySession(s *Snapshot, out *outcome) {
+	if out.sessionID == "" {
+		return
+	}
+	s.SessionID = out.sessionID
+	vars := s.Memory.WorkingVariables
+	vars["project_id"], vars["session_id"] = out.projectID, out.sessionID
+	for k, v := range out.vars {
+		vars[k] = v
+	}
+}

@@ -1,0 +1,78 @@
+package daemon
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
+)
+
+// bootRecord is DATA/run/boot.json, the daemon's boot journal: which
+// machine boot it started in, when, and whether it stopped cleanly. The
+// next boot reads it to tell how the previous run ended.
+type bootRecord struct {
+	BootID    string     `json:"boot_id"` // /proc/sys/kernel/random/boot_id; empty where there is none
+	PID       int        `json:"pid"`
+	StartedAt time.Time  `json:"started_at"`
+	CleanStop bool       `json:"clean_stop"`
+	StoppedAt *time.Time `json:"stopped_at,omitempty"`
+}
+
+// How the previous run ended.
+const (
+	PreviousNone      = "none"       // no journal: the first boot of this data directory
+	PreviousClean     = "clean"      // stopped cleanly
+	PreviousCrash     = "crash"      // no clean stop, same machine boot
+	PreviousPowerLoss = "power_loss" // no clean stop, and the machine booted since
+)
+
+// bootIDFile is where Linux keeps the random id of the current boot.
+var bootIDFile = "/proc/sys/kernel/random/boot_id"
+
+func machineBootID() string {
+	b, err := os.ReadFile(bootIDFile)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func journalPath(runDir string) string { return filepath.Join(runDir, "boot.json") }
+
+// readJournal says how the previous run ended, from its record and the
+// current machine boot id. A damaged record counts as a crash.
+func readJournal(runDir, bootID string) (string, *bootRecord) {
+	data, err := os.ReadFile(journalPath(runDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return PreviousNone, nil
+	}
+	var r bootRecord
+	if err != nil || json.Unmarshal(data, &r) != nil {
+		return PreviousCrash, nil
+	}
+	switch {
+	case r.CleanStop:
+		return PreviousClean, &r
+	case r.BootID != "" && bootID != "" && r.BootID != bootID:
+		return PreviousPowerLoss, &r
+	}
+	return PreviousCrash, &r
+}
+
+// writeJournal records this run's start (clean_stop false) or its clean
+// stop, durably.
+func writeJournal(runDir string, r bootRecord) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(journalPath(runDir), append(data, '\n'), 0o600); err != nil {
+		return fmt.Errorf("boot journal: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,256 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/session"
+)
+
+// sessionAgents hands plan tasks to the daemon's agents through their own
+// HTTP APIs: POST the task, then read its state until it is finished. A
+// task id already seen is answered from the agent's record, never run
+// again; a change of the agent's process while the task is in it is
+// reported as session.ErrAgentCrashed.
+type sessionAgents struct{ d *Daemon }
+
+func (a sessionAgents) Master() string { return a.d.cfg.Master.Agent }
+
+// workerTemplate is the template of a worker a plan names that does not run.
+const workerTemplate = "worker"
+
+func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentTask) (session.AgentResult, error) {
+	d := a.d
+	m := d.member(agentID)
+	if m == nil {
+		if agentID == a.Master() {
+			return session.AgentResult{}, fmt.Errorf("the master %s is not supervised", agentID)
+		}
+		if _, err := d.spawnWorker(ctx, a.Master(), control.AgentRequest{Action: control.ActionSpawn, AgentID: agentID, Template: workerTemplate}); err != nil {
+			var ce *control.Error
+			if !errors.As(err, &ce) || ce.Status != http.StatusConflict {
+				return session.AgentResult{}, fmt.Errorf("spawning worker %s: %w", agentID, err)
+			}
+		}
+		if m = d.member(agentID); m == nil {
+			return session.AgentResult{}, fmt.Errorf("worker %s is not supervised", agentID)
+		}
+	}
+	st, addr, _ := m.watch()
+	if st != control.StateRunning {
+		if st == control.StateCrashloop {
+			return session.AgentResult{}, fmt.Errorf("agent %s is in crashloop: %w", agentID, session.ErrAgentCrashed)
+		}
+		return session.AgentResult{}, fmt.Errorf("agent %s is %s", agentID, st)
+	}
+	before := m.info()
+	body, err := json.Marshal(t)
+	if err != nil {
+		return session.AgentResult{}, err
+	}
+	base := addr + "/agents/" + url.PathEscape(agentID) + "/tasks"
+	req, err := http.NewRequestWithContext(ctx, "POST", base, bytes.NewReader(body))
+	if err != nil {
+		return session.AgentResult{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.httpc.Do(req)
+	if err != nil {
+		return session.AgentResult{}, a.crashed(m, before, err)
+	}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
+		return session.AgentResult{}, fmt.Errorf("agent %s refused task %s: %s: %s", agentID, t.TaskID, resp.Status, bytes.TrimSpace(data))
+	}
+	// The agent holds the task durably now; wait for its result.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var ts struct {
+			Status string          `json:"status"`
+			Output json.RawMessage `json:"output"`
+			Error  string          `json:"error"`
+		}
+		code, err := d.getJSON(ctx, base+"/"+url.PathEscape(t.TaskID), &ts)
+		if err == nil && code == http.StatusOK {
+			switch ts.Status {
+			case "done", "failed", "unknown_outcome":
+				return session.AgentResult{Status: ts.Status, Output: ts.Output, Error: ts.Error}, nil
+			}
+		}
+		if cerr := a.crashed(m, before, nil); cerr != nil {
+			return session.AgentResult{}, cerr
+		}
+		select {
+		case <-ctx.Done():
+			return session.AgentResult{}, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// crashed returns ErrAgentCrashed when the agent's process is not the one
+// that took the task (it died and was restarted, or is down); otherwise
+// err as it is.
+func (a sessionAgents) crashed(m *member, before control.AgentInfo, err error) error {
+	now := m.info()
+	if now.PID != before.PID || now.Restarts != before.Restarts || now.State != control.StateRunning {
+		return fmt.Errorf("agent %s (pid %d) stopped while it held the task (now %s, pid %d): %w",
+			m.id, before.PID, now.State, now.PID, session.ErrAgentCrashed)
+	}
+	return err
+}
+
+func (d *Daemon) getJSON(ctx context.Context, u string, out any) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := d.httpc.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode, nil
+	}
+	return resp.StatusCode, json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out)
+}
+
+// openSessions is boot phase 1's state check: the boot journal says how the
+// previous run ended, sessions.db is opened and migrated (rebuilt from the
+// project files when missing), and sessions left open by that run are
+// marked interrupted with its reason. A failure stops the boot.
+func (d *Daemon) openSessions(ctx context.Context) error {
+	bootID := machineBootID()
+	prev, rec := readJournal(d.runDir, bootID)
+	d.previousRun = prev
+	ev := d.log.Info()
+	if prev == PreviousCrash || prev == PreviousPowerLoss {
+		ev = d.log.Warn()
+	}
+	if rec != nil {
+		ev = ev.Time("previous_start", rec.StartedAt).Int("previous_pid", rec.PID)
+	}
+	ev.Str("previous_run", prev).Str("boot_id", bootID).Msgf("previous run: %s", prev)
+	if err := writeJournal(d.runDir, bootRecord{BootID: bootID, PID: os.Getpid(), StartedAt: d.started.UTC()}); err != nil {
+		return err
+	}
+	m, err := session.Open(ctx, session.Options{Data: d.data, Log: d.log.With().Str("component", "sessions").Logger(),
+		Now: d.now, CheckpointInterval: d.cfg.Sessions.CheckpointInterval})
+	if err != nil {
+		return fmt.Errorf("state database: %w", err)
+	}
+	d.sess = m
+	reason := session.ReasonCrash
+	if prev == PreviousPowerLoss {
+		reason = session.ReasonPowerLoss
+	}
+	open, err := m.ScanInterrupted(ctx, reason)
+	if err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		d.log.Warn().Int("sessions", len(open)).Str("reason", reason).Msgf("%d session(s) interrupted (%s)", len(open), reason)
+	}
+	return nil
+}
+
+// startSessions lets the plans run once the master is up, and resumes
+// interrupted sessions when sessions.auto_resume is set.
+func (d *Daemon) startSessions(ctx context.Context) {
+	d.sess.SetAgents(sessionAgents{d})
+	if !d.cfg.Sessions.AutoResume {
+		if list, err := d.sess.ResumableSessions(ctx); err == nil && len(list) > 0 {
+			d.log.Info().Int("sessions", len(list)).Msg("interrupted sessions wait for a resume (sessions.auto_resume is off): `openstarry session list`")
+		}
+		return
+	}
+	list, err := d.sess.ResumableSessions(ctx)
+	if err != nil {
+		d.log.Error().Err(err).Msg("listing interrupted sessions")
+		return
+	}
+	for _, s := range list {
+		if _, err := d.sess.Resume(ctx, s.ProjectID, s.ID); err != nil {
+			d.log.Error().Err(err).Str("session", s.ID).Msg("auto-resume failed")
+		}
+	}
+}
+
+// closeSessions ends the dispatchers; after a clean stop the journal says so.
+func (d *Daemon) closeSessions(clean bool) {
+	if d.sess == nil {
+		return
+	}
+	if err := d.sess.Close(clean); err != nil {
+		d.log.Warn().Err(err).Msg("closing sessions.db")
+	}
+	if clean {
+		now := d.now().UTC()
+		if err := writeJournal(d.runDir, bootRecord{BootID: machineBootID(), PID: os.Getpid(), StartedAt: d.started.UTC(),
+			CleanStop: true, StoppedAt: &now}); err != nil {
+			d.log.Error().Err(err).Msg("recording the clean stop")
+		}
+	}
+}
+
+// Tool requests of agents (approval_request, approach_record, task_update)
+// through the control API.
+func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
+	if d.sess == nil {
+		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: "sessions are not open"})
+		return
+	}
+	data, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		writeError(w, badRequest("reading the body: %v", err))
+		return
+	}
+	caller, _ := callerAgent(r)
+	var out any
+	switch r.PathValue("op") {
+	case "approval":
+		var req session.ApprovalRequest
+		if err = session.DecodeToolRequest(data, &req); err == nil {
+			if caller != "" {
+				req.LeaderID = caller
+			}
+			if req.LeaderID == "" {
+				req.LeaderID = d.cfg.Master.Agent
+			}
+			out, err = d.sess.RequestApproval(r.Context(), &req)
+		}
+	case "approach":
+		var req session.ApproachRecord
+		if err = session.DecodeToolRequest(data, &req); err == nil {
+			out, err = d.sess.RecordApproach(r.Context(), &req)
+		}
+	case "task":
+		var req session.TaskUpdate
+		if err = session.DecodeToolRequest(data, &req); err == nil {
+			out, err = d.sess.UpdateTask(r.Context(), &req)
+		}
+	default:
+		writeError(w, &control.Error{Status: http.StatusNotFound, Code: "not_found", Msg: "no session tool " + r.PathValue("op")})
+		return
+	}
+	if err != nil {
+		d.log.Warn().Err(err).Str("agent", caller).Str("op", r.PathValue("op")).Msg("session tool request refused")
+		status, code := session.StatusOf(err)
+		writeError(w, &control.Error{Status: status, Code: code, Msg: err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,185 @@
+package session
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+)
+
+// Routes adds the session API to mux (the daemon's listener, which applies
+// the token rule):
+//
+//	POST /projects                               create a project and its plan; 201
+//	GET  /projects                               every project with its newest session
+//	GET  /projects/{id}                          the project, its tasks with progress, its sessions
+//	GET  /projects/{id}/sessions                 its sessions, oldest first
+//	GET  /projects/{id}/sessions/{sid}           one session: row, checkpoint, tasks, approvals, approaches
+//	POST /projects/{id}/sessions/{sid}/resume    resume an interrupted session; 201 with the child session
+//	GET  /projects/{id}/approvals[?status=S]     the project's approvals
+//	GET  /projects/{id}/approaches               the project's approaches by kind
+//	GET  /approvals[?status=S]                   approvals of every project
+//	GET  /approvals/{id}                         one approval
+//	POST /approvals/{id}                         decide: {"decision": "approve"|"reject"|"revise", "feedback": "..."}
+//
+// Errors are one line of JSON {"error": "...", "code": "..."}: 400 for a
+// bad id or body, 404 for an unknown one, 409 for a resume of a session
+// that is not interrupted or a decision on a decided approval, 405 for a
+// wrong method.
+func (m *Manager) Routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /projects", m.postProject)
+	mux.HandleFunc("GET /projects", m.getProjects)
+	mux.HandleFunc("GET /projects/{id}", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
+		answer(w, r, http.StatusOK)(m.View(r.Context(), id))
+	}))
+	mux.HandleFunc("GET /projects/{id}/sessions", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
+		answer(w, r, http.StatusOK)(m.Sessions(r.Context(), id))
+	}))
+	mux.HandleFunc("GET /projects/{id}/sessions/{sid}", m.withSession(func(w http.ResponseWriter, r *http.Request, id, sid string) {
+		answer(w, r, http.StatusOK)(m.SessionDetail(r.Context(), id, sid))
+	}))
+	mux.HandleFunc("POST /projects/{id}/sessions/{sid}/resume", m.withSession(func(w http.ResponseWriter, r *http.Request, id, sid string) {
+		answer(w, r, http.StatusCreated)(m.Resume(r.Context(), id, sid))
+	}))
+	mux.HandleFunc("GET /projects/{id}/approvals", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
+		answer(w, r, http.StatusOK)(m.Approvals(r.Context(), id, r.URL.Query().Get("status")))
+	}))
+	mux.HandleFunc("GET /projects/{id}/approaches", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
+		answer(w, r, http.StatusOK)(m.Approaches(r.Context(), id))
+	}))
+	mux.HandleFunc("GET /approvals", func(w http.ResponseWriter, r *http.Request) {
+		answer(w, r, http.StatusOK)(m.Approvals(r.Context(), "", r.URL.Query().Get("status")))
+	})
+	mux.HandleFunc("GET /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
+		id, err := ParseApprovalID(r.PathValue("id"))
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		answer(w, r, http.StatusOK)(m.store.Approval(r.Context(), id))
+	})
+	mux.HandleFunc("POST /approvals/{id}", m.postDecision)
+}
+
+func (m *Manager) postProject(w http.ResponseWriter, r *http.Request) {
+	req, err := DecodeCreateRequest(r.Body)
+	if err != nil {
+		m.log.Warn().Err(err).Str("remote", r.RemoteAddr).Msg("POST /projects refused")
+		WriteError(w, err)
+		return
+	}
+	answer(w, r, http.StatusCreated)(m.CreateProject(r.Context(), req))
+}
+
+func (m *Manager) getProjects(w http.ResponseWriter, r *http.Request) {
+	answer(w, r, http.StatusOK)(m.store.Projects(r.Context()))
+}
+
+// HeaderUser names the person a browser session of the web UI was opened
+// for (transport/webui sets it); a decision without decided_by is
+// recorded under that name.
+const HeaderUser = "X-OpenStarry-User"
+
+func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
+	id, err := ParseApprovalID(r.PathValue("id"))
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	d, status, err := DecodeDecision(r.Body)
+	if err != nil {
+		m.log.Warn().Err(err).Int64("approval", id).Msg("decision refused")
+		WriteError(w, err)
+		return
+	}
+	by := d.DecidedBy
+	if by == "" {
+		by = strings.TrimSpace(r.Header.Get(HeaderUser))
+		if validDecider(by) != nil {
+			by = ""
+		}
+	}
+	if by == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		by = "http " + host
+	}
+	answer(w, r, http.StatusOK)(m.DecideBy(r.Context(), id, status, d.Feedback, by))
+}
+
+func (m *Manager) withProject(h func(w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		id := r.PathValue("id")
+		if err := ValidateProjectID(id); err != nil {
+			WriteError(w, err)
+			return
+		}
+		h(w, r, id)
+	}
+}
+
+func (m *Manager) withSession(h func(w http.ResponseWriter, r *http.Request, id, sid string)) http.HandlerFunc {
+	return m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
+		sid := r.PathValue("sid")
+		if err := ValidateSessionID(sid); err != nil {
+			WriteError(w, err)
+			return
+		}
+		h(w, r, id, sid)
+	})
+}
+
+// answer writes v with status, or the error.
+func answer(w http.ResponseWriter, _ *http.Request, status int) func(any, error) {
+	return func(v any, err error) {
+		if err != nil {
+			WriteError(w, err)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(v)
+	}
+}
+
+// Error codes of the API.
+const (
+	CodeBadID       = "bad_id"
+	CodeBadRequest  = "bad_request"
+	CodeNotFound    = "not_found"
+	CodeConflict    = "conflict"
+	CodeInternal    = "internal"
+	CodeUnavailable = "unavailable"
+)
+
+// StatusOf maps an error of this package to an HTTP status and code.
+func StatusOf(err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBadID):
+		return http.StatusBadRequest, CodeBadID
+	case errors.Is(err, ErrBadRequest):
+		return http.StatusBadRequest, CodeBadRequest
+	case errors.Is(err, ErrNotFound):
+		return http.StatusNotFound, CodeNotFound
+	case errors.Is(err, ErrConflict):
+		return http.StatusConflict, CodeConflict
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return http.StatusServiceUnavailable, CodeUnavailable
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// WriteError writes err as one line of JSON {"error", "code"}.
+func WriteError(w http.ResponseWriter, err error) {
+	status, code := StatusOf(err)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	b, _ := json.Marshal(map[string]string{"error": strings.ReplaceAll(err.Error(), "\n", " "), "code": code})
+	_, _ = w.Write(append(b, '\n'))
+}

@@ -1,0 +1,432 @@
+package session
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// run is the dispatcher of one active session: it hands the plan's ready
+// tasks to agents one at a time, in dependency order, and applies their
+// results.
+type run struct {
+	projectID, sessionID string
+	resume               json.RawMessage // the context to hand the master first, on a resumed session
+	wake                 chan struct{}
+}
+
+func (m *Manager) startRun(projectID, sessionID string, resume json.RawMessage) {
+	m.mu.Lock()
+	if m.life.Err() != nil || m.runs[sessionID] != nil {
+		m.mu.Unlock()
+		return
+	}
+	r := &run{projectID: projectID, sessionID: sessionID, resume: resume, wake: make(chan struct{}, 1)}
+	m.runs[sessionID] = r
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go func() {
+		defer m.wg.Done()
+		m.loop(m.life, r)
+		m.mu.Lock()
+		delete(m.runs, sessionID)
+		m.mu.Unlock()
+	}()
+}
+
+// wake tells a session's dispatcher that something changed (a decision,
+// an update from an agent).
+func (m *Manager) wake(sessionID string) {
+	m.mu.Lock()
+	r := m.runs[sessionID]
+	m.mu.Unlock()
+	if r != nil {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+type step int
+
+const (
+	stepRun step = iota
+	stepWait
+	stepDone
+	stepStuck
+)
+
+func (m *Manager) loop(ctx context.Context, r *run) {
+	// The periodic checkpoint, besides the event moments.
+	tickDone := make(chan struct{})
+	defer close(tickDone)
+	go func() {
+		t := time.NewTicker(m.o.CheckpointInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := m.writeCheckpoint(ctx, r.projectID, r.sessionID); err != nil {
+					m.log.Error().Err(err).Str("session", r.sessionID).Msg("periodic checkpoint failed")
+				} else {
+					m.log.Debug().Str("session", r.sessionID).Msg("periodic checkpoint saved")
+				}
+			case <-tickDone:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	agents := m.waitAgents(ctx)
+	if agents == nil {
+		return
+	}
+	if r.resume != nil {
+		// Handed to the master as a task: the kernel keeps its input in
+		// working_variables.resume_context. Its id is the session's, so a
+		// restarted dispatcher sends it again without effect.
+		t := AgentTask{TaskID: r.sessionID + ".resume", Type: TypeSessionResume, Input: r.resume,
+			ProjectID: r.projectID, SessionID: r.sessionID}
+		for {
+			_, err := agents.Run(ctx, agents.Master(), t)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			if errors.Is(err, ErrAgentCrashed) {
+				m.interrupt(ctx, r, ReasonCrash, err)
+				return
+			}
+			m.log.Warn().Err(err).Str("session", r.sessionID).Msg("handing the resume context to the master; retrying")
+			if !m.sleep(ctx, r) {
+				return
+			}
+		}
+	}
+	for ctx.Err() == nil {
+		st, t := m.next(ctx, r)
+		switch st {
+		case stepDone:
+			m.endSession(context.Background(), r.projectID, r.sessionID, SessionCompleted, "")
+			m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Msgf("session %s completed: every task of project %s is done", r.sessionID, r.projectID)
+			return
+		case stepStuck:
+			m.interrupt(ctx, r, ReasonError, errors.New("a task failed and the rest of the plan depends on it"))
+			return
+		case stepWait:
+			select {
+			case <-r.wake:
+			case <-ctx.Done():
+				return
+			}
+		case stepRun:
+			if !m.runTask(ctx, r, agents, t) {
+				return
+			}
+		}
+	}
+}
+
+func (m *Manager) waitAgents(ctx context.Context) Agents {
+	for {
+		if a := m.getAgents(); a != nil {
+			return a
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(m.o.PollInterval):
+		}
+	}
+}
+
+func (m *Manager) sleep(ctx context.Context, r *run) bool {
+	select {
+	case <-ctx.Done():
+		return false
+	case <-r.wake:
+		return true
+	case <-time.After(m.o.PollInterval):
+		return true
+	}
+}
+
+// interrupt ends the session interrupted with reason.
+func (m *Manager) interrupt(ctx context.Context, r *run, reason string, err error) {
+	if ctx.Err() != nil {
+		return // shutting down: Close decides
+	}
+	m.endSession(context.Background(), r.projectID, r.sessionID, SessionInterrupted, reason)
+	m.log.Warn().Err(err).Str("project", r.projectID).Str("session", r.sessionID).Str("reason", reason).
+		Msgf("session %s interrupted (%s): resume it with `openstarry session resume %s`", r.sessionID, reason, r.sessionID)
+}
+
+// next decides the dispatcher's next step: the first task to (re)run in
+// plan order, or wait, or done, or stuck. A task is ready when every task
+// of an earlier phase and every task it depends on is completed; tasks
+// that depend on a failed or blocked one become blocked.
+func (m *Manager) next(ctx context.Context, r *run) (step, *PlanTask) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	tasks, err := m.store.Tasks(ctx, r.projectID)
+	if err != nil {
+		m.log.Error().Err(err).Msg("reading the plan")
+		return stepWait, nil
+	}
+	before := make([]string, len(tasks))
+	for i := range tasks {
+		before[i] = tasks[i].Status
+	}
+	for _, t := range tasks {
+		if t.Status == TaskFailed || t.Status == TaskBlocked && t.Error != "" {
+			blockDependents(tasks, t.ID)
+		}
+	}
+	for i := range tasks {
+		if tasks[i].Status != before[i] {
+			if err := m.store.PutTask(ctx, &tasks[i]); err != nil {
+				m.log.Error().Err(err).Msg("blocking dependents")
+			}
+		}
+	}
+	done, failed, waiting := true, false, false
+	for _, t := range tasks {
+		switch {
+		case t.Status != TaskCompleted:
+			done = false
+		}
+		if t.Status == TaskFailed {
+			failed = true
+		}
+	}
+	if done {
+		return stepDone, nil
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Status == TaskInProgress {
+			if t.State == WaitingForApproval {
+				waiting = true
+				continue
+			}
+			return stepRun, t // handed again: the agent answers from its record if it ran it
+		}
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.Status == TaskPending && ready(tasks, t) {
+			return stepRun, t
+		}
+	}
+	for _, t := range tasks {
+		if t.Status == TaskPending || t.Status == TaskBlocked && t.Error == "" {
+			waiting = true // on an approval, or on an agent that blocked a task
+		}
+	}
+	if failed && !anyInProgress(tasks) {
+		return stepStuck, nil
+	}
+	if waiting || anyInProgress(tasks) {
+		return stepWait, nil
+	}
+	return stepStuck, nil
+}
+
+func anyInProgress(tasks []PlanTask) bool {
+	for _, t := range tasks {
+		if t.Status == TaskInProgress {
+			return true
+		}
+	}
+	return false
+}
+
+func ready(tasks []PlanTask, t *PlanTask) bool {
+	for _, o := range tasks {
+		if o.Phase < t.Phase && o.Status != TaskCompleted {
+			return false
+		}
+	}
+	for _, d := range t.DependsOn {
+		i := indexOf(tasks, d)
+		if i < 0 || tasks[i].Status != TaskCompleted {
+			return false
+		}
+	}
+	return true
+}
+
+// runTask hands one task to its agent and applies the result. It returns
+// false when the dispatcher must stop.
+func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTask) bool {
+	agentID, role := t.AssignedTo, RoleWorker
+	if agentID == "" || agentID == agents.Master() {
+		agentID, role = agents.Master(), RoleLeader
+	}
+	now := m.now().UTC()
+	m.mu.Lock()
+	if t.Status == TaskPending {
+		t.Status = TaskInProgress
+	}
+	if t.StartedAt == nil {
+		t.StartedAt = &now
+	}
+	t.SessionID = r.sessionID
+	err := m.store.PutTask(ctx, t)
+	if s, serr := m.store.Session(ctx, r.sessionID); err == nil && serr == nil {
+		s.CurrentPhase, s.CurrentTaskID, s.CurrentAgentRole, s.CurrentAgentType = t.Phase, t.ID, role, agentID
+		if tasks, terr := m.store.Tasks(ctx, r.projectID); terr == nil {
+			s.ContextSummary = contextSummary(tasks, "")
+		}
+		err = m.store.UpdateSession(ctx, s)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error().Err(err).Str("task", t.ID).Msg("starting a task")
+		return m.sleep(ctx, r)
+	}
+	m.saveFiles(ctx, r.projectID, r.sessionID, false)
+	at := AgentTask{TaskID: AgentTaskID(t.ID, t.Attempt), Type: t.TaskType, Input: withFeedback(t.Input, t.Feedback),
+		ProjectID: r.projectID, SessionID: r.sessionID}
+	m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Str("task", at.TaskID).Str("agent", agentID).
+		Msgf("task %s handed to %s", at.TaskID, agentID)
+	res, err := agents.Run(ctx, agentID, at)
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case errors.Is(err, ErrAgentCrashed):
+		m.interrupt(ctx, r, ReasonCrash, err)
+		return false
+	case err != nil:
+		m.log.Warn().Err(err).Str("task", at.TaskID).Str("agent", agentID).Msg("task not handed over; retrying")
+		return m.sleep(ctx, r)
+	}
+	m.apply(ctx, r, t, agentID, res)
+	return true
+}
+
+// apply records an agent's result for attempt t.Attempt of a task.
+func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string, res AgentResult) {
+	m.mu.Lock()
+	tasks, err := m.store.Tasks(ctx, r.projectID)
+	if err != nil {
+		m.mu.Unlock()
+		m.log.Error().Err(err).Msg("reading the plan")
+		return
+	}
+	i := indexOf(tasks, t.ID)
+	if i < 0 || tasks[i].Attempt != t.Attempt || tasks[i].Status != TaskInProgress {
+		m.mu.Unlock()
+		return // changed meanwhile (a decision, an update)
+	}
+	cur := &tasks[i]
+	now := m.now().UTC()
+	var approval *Approval
+	failed := false
+	switch res.Status {
+	case "done":
+		cur.Result, cur.ProgressPercent = res.Output, 100
+		a, aerr := m.store.approvalFor(ctx, r.projectID, cur.ID, cur.Attempt)
+		switch {
+		case aerr == nil:
+			approval = a
+		case errors.Is(aerr, ErrNotFound) && cur.Approval:
+			approval, aerr = m.store.InsertApproval(ctx, &Approval{SessionID: r.sessionID, ProjectID: r.projectID, TaskID: cur.ID,
+				Attempt: cur.Attempt, CheckpointType: cur.TaskType, LeaderID: agentID, Status: ApprovalPending, SubmittedAt: now,
+				InstructionContent: cur.Name, WorkerInstructions: json.RawMessage(`[]`), Artifacts: m.artifactList(r)})
+			if aerr != nil {
+				m.log.Error().Err(aerr).Str("task", cur.ID).Msg("recording the approval gate")
+			}
+		}
+		switch {
+		case approval == nil || approval.Status == ApprovalApproved:
+			cur.Status, cur.CompletedAt = TaskCompleted, &now
+		case approval.Status == ApprovalRejected:
+			cur.Status, cur.Error, cur.CompletedAt = TaskFailed, "rejected at approval", &now
+			failed = true
+		}
+	default:
+		cur.Status, cur.CompletedAt = TaskFailed, &now
+		cur.Error = res.Status
+		if res.Error != "" {
+			cur.Error += ": " + res.Error
+		}
+		cur.Result = res.Output
+		failed = true
+	}
+	if failed {
+		blockDependents(tasks, cur.ID)
+	}
+	err = m.store.PutTasks(ctx, tasks)
+	if s, serr := m.store.Session(ctx, r.sessionID); err == nil && serr == nil {
+		s.ContextSummary = contextSummary(tasks, "")
+		err = m.store.UpdateSession(ctx, s)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error().Err(err).Str("task", cur.ID).Msg("recording a task's result")
+		return
+	}
+	m.saveFiles(ctx, r.projectID, r.sessionID, failed)
+	switch {
+	case failed:
+		m.log.Error().Str("project", r.projectID).Str("task", cur.ID).Str("error", cur.Error).Msgf("task %s failed", cur.ID)
+	case cur.Status == TaskCompleted:
+		m.log.Info().Str("project", r.projectID).Str("task", cur.ID).Msgf("task %s completed", cur.ID)
+	case approval != nil:
+		m.log.Info().Str("project", r.projectID).Str("task", cur.ID).Int64("approval", approval.ID).
+			Msgf("task %s is %s: approval %d pending", cur.ID, WaitingForApproval, approval.ID)
+	}
+}
+
+// artifactList names the files in the session's artifacts directory.
+func (m *Manager) artifactList(r *run) json.RawMessage {
+	dir := m.lay.Artifacts(r.projectID, r.sessionID)
+	var names []string
+	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			if rel, rerr := filepath.Rel(m.lay.Data, p); rerr == nil {
+				names = append(names, filepath.ToSlash(rel))
+			}
+		}
+		return nil
+	})
+	if names == nil {
+		names = []string{}
+	}
+	b, _ := json.Marshal(names)
+	return b
+}
+
+// withFeedback gives a revised task its feedback: appended to a text
+// input, as revision_feedback in an object input (except a scripted call
+// list, whose shape is fixed).
+func withFeedback(input json.RawMessage, feedback string) json.RawMessage {
+	if feedback == "" {
+		return input
+	}
+	var s string
+	if json.Unmarshal(input, &s) == nil {
+		b, _ := json.Marshal(s + "\n\nrevision feedback: " + feedback)
+		return b
+	}
+	var obj map[string]json.RawMessage
+	if bytes.HasPrefix(bytes.TrimSpace(input), []byte("{")) && json.Unmarshal(input, &obj) == nil {
+		if _, script := obj["call"]; !script {
+			obj["revision_feedback"], _ = json.Marshal(feedback)
+			b, _ := json.Marshal(obj)
+			return b
+		}
+		return input
+	}
+	if len(bytes.TrimSpace(input)) == 0 || string(bytes.TrimSpace(input)) == "null" {
+		b, _ := json.Marshal("revision feedback: " + feedback)
+		return b
+	}
+	return input
+}

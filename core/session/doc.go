@@ -1,0 +1,22 @@
+// Package session owns session continuity: projects, their plans of tasks,
+// the sessions that work on them, human approvals and recorded approaches.
+//
+// The database DATA/sessions.db (SQLite, WAL, synchronous=FULL, foreign keys
+// on, migrated by PRAGMA user_version) is primary; the JSON files under
+// DATA/projects/{project_id}/ are its backup, written atomically (temporary
+// file, fsync, rename, directory fsync) with mode 0600 in 0700 directories.
+// A missing sessions.db is rebuilt from the JSON files; a damaged JSON file
+// is rewritten from the database. Both are logged with what was rebuilt.
+//
+// The invariant that keeps the plan and the agents from disagreeing: a plan
+// task is handed to an agent under a task id derived only from the plan
+// task's id and its attempt number. An agent drops a task id it has already
+// seen and answers with that task's state, so a task re-sent by a resume,
+// by a restarted dispatcher, or after a crash runs at most once per attempt,
+// whether or not it was still in the agent's queue.
+//
+// Table names follow the specification (projects, sessions, tasks,
+// human_approvals, approaches). In Go the rows of the tasks table are
+// PlanTask, never to be confused with an agent's task results, which the
+// snapshot stores index per agent.
+package session

@@ -1,0 +1,191 @@
+package session
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Task statuses (the tasks table).
+const (
+	TaskPending    = "pending"
+	TaskInProgress = "in_progress"
+	TaskCompleted  = "completed"
+	TaskFailed     = "failed"
+	TaskBlocked    = "blocked"
+)
+
+// Approval statuses (the human_approvals table).
+const (
+	ApprovalPending    = "pending"
+	ApprovalApproved   = "approved"
+	ApprovalRejected   = "rejected"
+	ApprovalRevision   = "revision_requested"
+	WaitingForApproval = "WAITING_FOR_APPROVAL" // the state of a task whose approval is pending
+)
+
+// Session statuses. A session is active while it dispatches; it ends
+// completed (every task completed) or interrupted (with a reason); an
+// interrupted session that was resumed becomes resumed.
+const (
+	SessionActive      = "active"
+	SessionCompleted   = "completed"
+	SessionInterrupted = "interrupted"
+	SessionResumed     = "resumed"
+)
+
+// Interruption reasons.
+const (
+	ReasonCrash     = "crash"      // the daemon or the agent died without a clean stop
+	ReasonPowerLoss = "power_loss" // no clean stop, and the machine booted again since
+	ReasonError     = "error"      // a task failed and the rest of the plan is blocked
+	ReasonShutdown  = "shutdown"   // the daemon stopped cleanly before the plan was done
+)
+
+// Approach kinds (the sections of approaches.json).
+const (
+	ApproachVerified = "verified"
+	ApproachFailed   = "failed"
+	ApproachUntried  = "untried"
+)
+
+// Roles of the agent a task runs on.
+const (
+	RoleLeader = "LEADER" // the master agent
+	RoleWorker = "WORKER"
+)
+
+// Project is a row of the projects table.
+type Project struct {
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+	// Derived when read: the newest session and its status.
+	SessionID string `json:"session_id,omitempty"`
+	Status    string `json:"status,omitempty"`
+}
+
+// Session is a row of the sessions table.
+type Session struct {
+	ID                 string     `json:"id"`
+	ProjectID          string     `json:"project_id"`
+	ParentSessionID    string     `json:"parent_session_id,omitempty"`
+	Status             string     `json:"status"`
+	StartedAt          time.Time  `json:"started_at"`
+	EndedAt            *time.Time `json:"ended_at,omitempty"`
+	InterruptionReason string     `json:"interruption_reason,omitempty"`
+	CurrentPhase       int        `json:"current_phase"`
+	CurrentAgentRole   string     `json:"current_agent_role,omitempty"`
+	CurrentAgentType   string     `json:"current_agent_type,omitempty"`
+	CurrentTaskID      string     `json:"current_task_id,omitempty"`
+	ContextSummary     string     `json:"context_summary,omitempty"`
+}
+
+// PlanTask is a row of the tasks table: one step of a project's plan.
+type PlanTask struct {
+	ID              string          `json:"id"`
+	SessionID       string          `json:"session_id"`
+	ProjectID       string          `json:"project_id"`
+	Seq             int             `json:"seq"` // position in the plan, from 0
+	Phase           int             `json:"phase"`
+	TaskType        string          `json:"task_type"`
+	Name            string          `json:"name"`
+	Input           json.RawMessage `json:"input,omitempty"`
+	Status          string          `json:"status"`
+	State           string          `json:"state,omitempty"` // WAITING_FOR_APPROVAL while an approval is pending
+	ProgressPercent int             `json:"progress_percent"`
+	AssignedTo      string          `json:"assigned_to,omitempty"`
+	DependsOn       []string        `json:"depends_on"`
+	Approval        bool            `json:"approval,omitempty"`
+	Attempt         int             `json:"attempt"`
+	Feedback        string          `json:"feedback,omitempty"`
+	StartedAt       *time.Time      `json:"started_at,omitempty"`
+	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
+	Result          json.RawMessage `json:"result,omitempty"`
+	Error           string          `json:"error,omitempty"`
+}
+
+// AgentTaskID is the id under which attempt n of plan task id is handed to
+// an agent: the plan id itself, then id.r1, id.r2 for revisions. An agent
+// runs a task id once; a resend is answered from its record.
+func AgentTaskID(id string, attempt int) string {
+	if attempt == 0 {
+		return id
+	}
+	return id + ".r" + itoa(attempt)
+}
+
+// PlanTaskOf returns the plan task id of an agent task id.
+func PlanTaskOf(agentTaskID string) string {
+	for i := len(agentTaskID) - 1; i > 0; i-- {
+		if agentTaskID[i] == '.' {
+			if i+1 < len(agentTaskID) && agentTaskID[i+1] == 'r' {
+				return agentTaskID[:i]
+			}
+			break
+		}
+	}
+	return agentTaskID
+}
+
+func itoa(n int) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+// Revision is one entry of an approval's revision_history.
+type Revision struct {
+	At       time.Time `json:"at"`
+	Status   string    `json:"status"`
+	Feedback string    `json:"feedback,omitempty"`
+	Attempt  int       `json:"attempt"`
+	By       string    `json:"by,omitempty"` // who decided
+}
+
+// Approval is a row of the human_approvals table.
+type Approval struct {
+	ID                 int64           `json:"id"`
+	SessionID          string          `json:"session_id"`
+	ProjectID          string          `json:"project_id"`
+	TaskID             string          `json:"task_id"`
+	Attempt            int             `json:"attempt"`
+	CheckpointType     string          `json:"checkpoint_type"`
+	LeaderID           string          `json:"leader_id"`
+	Status             string          `json:"status"`
+	SubmittedAt        time.Time       `json:"submitted_at"`
+	ResolvedAt         *time.Time      `json:"resolved_at,omitempty"`
+	Feedback           string          `json:"feedback,omitempty"`
+	InstructionContent string          `json:"instruction_content,omitempty"`
+	WorkerInstructions json.RawMessage `json:"worker_instructions"`
+	Artifacts          json.RawMessage `json:"artifacts"`
+	RevisionHistory    []Revision      `json:"revision_history"`
+	// DecidedBy names who took the decision: the name a person gave, or
+	// the address it came from when they gave none.
+	DecidedBy string `json:"decided_by,omitempty"`
+}
+
+// Approach is one entry of approaches.json (any of the three kinds); the
+// fields of each kind are those of the specification.
+type Approach struct {
+	ID            string          `json:"id"`
+	Date          string          `json:"date,omitempty"`
+	Category      string          `json:"category,omitempty"`
+	Description   string          `json:"description"`
+	Details       json.RawMessage `json:"details,omitempty"`
+	Evidence      json.RawMessage `json:"evidence,omitempty"`
+	FailureReason string          `json:"failure_reason,omitempty"`
+	Error         string          `json:"error,omitempty"`
+	Learnings     []string        `json:"learnings,omitempty"`
+	Reusable      *bool           `json:"reusable,omitempty"`
+	Avoid         *bool           `json:"avoid,omitempty"`
+	Priority      string          `json:"priority,omitempty"`
+	NextToTry     *bool           `json:"next_to_try,omitempty"`
+	Note          string          `json:"note,omitempty"`
+}
+
+// RecordedApproach is an approach with the kind and session it was recorded in.
+type RecordedApproach struct {
+	Kind      string   `json:"kind"`
+	SessionID string   `json:"session_id"`
+	Approach  Approach `json:"approach"`
+}

@@ -1,0 +1,710 @@
+package session
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+)
+
+// Sentinel errors of the store.
+var (
+	// ErrNotFound is returned when a project, session, task or approval
+	// does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict is returned when a change does not fit the current
+	// state (resuming a session that is not interrupted, deciding an
+	// approval twice).
+	ErrConflict = errors.New("conflict")
+)
+
+// migrations are applied in order; PRAGMA user_version is the number
+// applied. Never edit one that shipped: append.
+var migrations = []string{
+	`CREATE TABLE projects (
+		id TEXT PRIMARY KEY,
+		name TEXT NOT NULL,
+		description TEXT NOT NULL DEFAULT '',
+		created_at TIMESTAMP NOT NULL
+	);
+	CREATE TABLE sessions (
+		id TEXT PRIMARY KEY,
+		project_id TEXT NOT NULL,
+		parent_session_id TEXT,
+		started_at TIMESTAMP NOT NULL,
+		ended_at TIMESTAMP,
+		interruption_reason TEXT,
+		current_phase INTEGER,
+		current_agent_role TEXT,
+		current_agent_type TEXT,
+		current_task_id TEXT,
+		context_summary TEXT,
+		status TEXT NOT NULL DEFAULT 'active',
+		FOREIGN KEY (project_id) REFERENCES projects(id)
+	);
+	CREATE INDEX sessions_project ON sessions(project_id, started_at);
+	CREATE TABLE tasks (
+		id TEXT NOT NULL,
+		session_id TEXT NOT NULL,
+		project_id TEXT NOT NULL,
+		phase INTEGER NOT NULL,
+		task_type TEXT NOT NULL,
+		status TEXT NOT NULL CHECK (status IN ('pending','in_progress','completed','failed','blocked')),
+		progress_percent INTEGER DEFAULT 0,
+		assigned_to TEXT,
+		depends_on JSON,
+		started_at TIMESTAMP,
+		completed_at TIMESTAMP,
+		result JSON,
+		seq INTEGER NOT NULL,
+		name TEXT NOT NULL DEFAULT '',
+		input JSON,
+		approval INTEGER NOT NULL DEFAULT 0,
+		attempt INTEGER NOT NULL DEFAULT 0,
+		feedback TEXT,
+		error TEXT,
+		PRIMARY KEY (project_id, id),
+		FOREIGN KEY (session_id) REFERENCES sessions(id),
+		FOREIGN KEY (project_id) REFERENCES projects(id)
+	);
+	CREATE TABLE human_approvals (
+		id INTEGER PRIMARY KEY AUTOINCREMENT,
+		session_id TEXT NOT NULL,
+		project_id TEXT NOT NULL,
+		checkpoint_type TEXT NOT NULL,
+		leader_id TEXT NOT NULL,
+		status TEXT NOT NULL CHECK (status IN ('pending','approved','rejected','revision_requested')),
+		submitted_at TIMESTAMP NOT NULL,
+		resolved_at TIMESTAMP,
+		feedback TEXT,
+		instruction_content TEXT,
+		worker_instructions JSON,
+		artifacts JSON,
+		revision_history JSON,
+		task_id TEXT NOT NULL DEFAULT '',
+		attempt INTEGER NOT NULL DEFAULT 0,
+		FOREIGN KEY (session_id) REFERENCES sessions(id)
+	);
+	CREATE INDEX approvals_project ON human_approvals(project_id, id);
+	CREATE UNIQUE INDEX approvals_task ON human_approvals(project_id, task_id, attempt) WHERE task_id != '';
+	CREATE TABLE approaches (
+		session_id TEXT NOT NULL,
+		project_id TEXT NOT NULL,
+		id TEXT NOT NULL,
+		kind TEXT NOT NULL CHECK (kind IN ('verified','failed','untried')),
+		body JSON NOT NULL,
+		recorded_at TIMESTAMP NOT NULL,
+		PRIMARY KEY (session_id, id),
+		FOREIGN KEY (session_id) REFERENCES sessions(id)
+	);`,
+	// Who decided an approval: the name the person gave (web UI, CLI
+	// --by, API decided_by), or the address the decision came from.
+	`ALTER TABLE human_approvals ADD COLUMN decided_by TEXT;`,
+}
+
+// Store is DATA/sessions.db. Every method is safe for concurrent use; each
+// change is one transaction, durable when the method returns.
+type Store struct {
+	db   *sql.DB
+	path string
+}
+
+func dsn(abs string) string {
+	p := filepath.ToSlash(abs)
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	u := url.URL{Scheme: "file", Path: p}
+	return u.String() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
+		"&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
+}
+
+// OpenStore opens (creating it if needed, 0600) and migrates the database.
+func OpenStore(ctx context.Context, path string) (*Store, error) {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sessions.db: %w", err)
+	}
+	if f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
+		f.Close()
+	} else {
+		return nil, fmt.Errorf("sessions.db: %w", err)
+	}
+	_ = os.Chmod(abs, 0o600)
+	db, err := sql.Open("sqlite", dsn(abs))
+	if err != nil {
+		return nil, fmt.Errorf("sessions.db %s: %w", abs, err)
+	}
+	db.SetMaxOpenConns(4)
+	s := &Store{db: db, path: abs}
+	if err := s.migrate(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sessions.db %s: %w", abs, err)
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		_ = os.Chmod(abs+suffix, 0o600)
+	}
+	return s, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return err
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("schema version %d is newer than this build's %d", v, len(migrations))
+	}
+	for i := v; i < len(migrations); i++ {
+		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
+			return fmt.Errorf("migration %d: %w", i+1, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Path is the database file.
+func (s *Store) Path() string { return s.path }
+
+// SchemaVersion returns PRAGMA user_version.
+func (s *Store) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	err := s.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v)
+	return v, err
+}
+
+// times are stored as RFC 3339 text in UTC.
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func tsp(t *time.Time) any {
+	if t == nil {
+		return nil
+	}
+	return ts(*t)
+}
+
+func parseTS(s sql.NullString) *time.Time {
+	if !s.Valid || s.String == "" {
+		return nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s.String)
+	if err != nil {
+		return nil
+	}
+	return &t
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func jsonText(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func rawOrNull(r json.RawMessage) any {
+	if len(r) == 0 {
+		return nil
+	}
+	return string(r)
+}
+
+// --- projects
+
+// InsertProject adds a project with its first session and its plan, in one
+// transaction.
+func (s *Store) InsertProject(ctx context.Context, p *Project, sess *Session, tasks []PlanTask) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `INSERT INTO projects(id, name, description, created_at) VALUES (?,?,?,?)`,
+		p.ID, p.Name, p.Description, ts(p.CreatedAt)); err != nil {
+		return fmt.Errorf("insert project %s: %w", p.ID, err)
+	}
+	if sess != nil {
+		if err := insertSession(ctx, tx, sess); err != nil {
+			return err
+		}
+	}
+	for i := range tasks {
+		if err := putTask(ctx, tx, &tasks[i]); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+const projectCols = `p.id, p.name, p.description, p.created_at,
+	COALESCE((SELECT id FROM sessions WHERE project_id = p.id ORDER BY started_at DESC, rowid DESC LIMIT 1), ''),
+	COALESCE((SELECT status FROM sessions WHERE project_id = p.id ORDER BY started_at DESC, rowid DESC LIMIT 1), '')`
+
+func scanProject(sc interface{ Scan(...any) error }) (Project, error) {
+	var p Project
+	var created string
+	err := sc.Scan(&p.ID, &p.Name, &p.Description, &created, &p.SessionID, &p.Status)
+	if t := parseTS(sql.NullString{String: created, Valid: true}); t != nil {
+		p.CreatedAt = *t
+	}
+	return p, err
+}
+
+// Projects lists every project, newest first.
+func (s *Store) Projects(ctx context.Context) ([]Project, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT `+projectCols+` FROM projects p ORDER BY p.created_at DESC, p.id`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Project{}
+	for rows.Next() {
+		p, err := scanProject(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, rows.Err()
+}
+
+// Project returns one project.
+func (s *Store) Project(ctx context.Context, id string) (*Project, error) {
+	p, err := scanProject(s.db.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects p WHERE p.id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("project %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// --- sessions
+
+type execer interface {
+	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
+}
+
+func insertSession(ctx context.Context, tx execer, x *Session) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, project_id, parent_session_id, started_at, ended_at,
+		interruption_reason, current_phase, current_agent_role, current_agent_type, current_task_id, context_summary, status)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		x.ID, x.ProjectID, nullStr(x.ParentSessionID), ts(x.StartedAt), tsp(x.EndedAt), nullStr(x.InterruptionReason),
+		x.CurrentPhase, nullStr(x.CurrentAgentRole), nullStr(x.CurrentAgentType), nullStr(x.CurrentTaskID),
+		nullStr(x.ContextSummary), x.Status)
+	if err != nil {
+		return fmt.Errorf("insert session %s: %w", x.ID, err)
+	}
+	return nil
+}
+
+// UpdateSession writes every column of a session.
+func (s *Store) UpdateSession(ctx context.Context, x *Session) error {
+	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET ended_at=?, interruption_reason=?, current_phase=?,
+		current_agent_role=?, current_agent_type=?, current_task_id=?, context_summary=?, status=? WHERE id=?`,
+		tsp(x.EndedAt), nullStr(x.InterruptionReason), x.CurrentPhase, nullStr(x.CurrentAgentRole),
+		nullStr(x.CurrentAgentType), nullStr(x.CurrentTaskID), nullStr(x.ContextSummary), x.Status, x.ID)
+	if err != nil {
+		return fmt.Errorf("update session %s: %w", x.ID, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("session %s: %w", x.ID, ErrNotFound)
+	}
+	return nil
+}
+
+const sessionCols = `id, project_id, COALESCE(parent_session_id,''), started_at, ended_at, COALESCE(interruption_reason,''),
+	COALESCE(current_phase,0), COALESCE(current_agent_role,''), COALESCE(current_agent_type,''),
+	COALESCE(current_task_id,''), COALESCE(context_summary,''), status`
+
+func scanSession(sc interface{ Scan(...any) error }) (Session, error) {
+	var x Session
+	var started string
+	var ended sql.NullString
+	err := sc.Scan(&x.ID, &x.ProjectID, &x.ParentSessionID, &started, &ended, &x.InterruptionReason,
+		&x.CurrentPhase, &x.CurrentAgentRole, &x.CurrentAgentType, &x.CurrentTaskID, &x.ContextSummary, &x.Status)
+	if t := parseTS(sql.NullString{String: started, Valid: true}); t != nil {
+		x.StartedAt = *t
+	}
+	x.EndedAt = parseTS(ended)
+	return x, err
+}
+
+// Sessions lists a project's sessions, oldest first.
+func (s *Store) Sessions(ctx context.Context, projectID string) ([]Session, error) {
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = ? ORDER BY started_at, rowid`, projectID)
+}
+
+// OpenSessions lists the sessions with no ended_at, of every project.
+func (s *Store) OpenSessions(ctx context.Context) ([]Session, error) {
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE ended_at IS NULL ORDER BY started_at, rowid`)
+}
+
+// InterruptedSessions lists every session whose status is interrupted.
+func (s *Store) InterruptedSessions(ctx context.Context) ([]Session, error) {
+	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status = 'interrupted' ORDER BY started_at, rowid`)
+}
+
+func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]Session, error) {
+	rows, err := s.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Session{}
+	for rows.Next() {
+		x, err := scanSession(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
+// Session returns one session.
+func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
+	x, err := scanSession(s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &x, nil
+}
+
+// StartChild marks parent resumed and inserts child, whose remaining (not
+// completed) tasks move to it, in one transaction. ErrConflict when the
+// parent is not interrupted (a concurrent resume took it).
+func (s *Store) StartChild(ctx context.Context, parentID string, child *Session) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.ExecContext(ctx, `UPDATE sessions SET status = 'resumed' WHERE id = ? AND status = 'interrupted'`, parentID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return fmt.Errorf("session %s is not interrupted: %w", parentID, ErrConflict)
+	}
+	if err := insertSession(ctx, tx, child); err != nil {
+		return err
+	}
+	// Failed and blocked tasks get another chance in the new session;
+	// completed ones stay with the session that did them.
+	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET session_id = ?,
+		status = CASE WHEN status IN ('failed','blocked') THEN 'pending' ELSE status END,
+		error = CASE WHEN status IN ('failed','blocked') THEN NULL ELSE error END
+		WHERE project_id = ? AND status != 'completed'`, child.ID, child.ProjectID); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// --- tasks
+
+func putTask(ctx context.Context, tx execer, t *PlanTask) error {
+	deps := t.DependsOn
+	if deps == nil {
+		deps = []string{}
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO tasks(id, session_id, project_id, phase, task_type, status, progress_percent,
+		assigned_to, depends_on, started_at, completed_at, result, seq, name, input, approval, attempt, feedback, error)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+		ON CONFLICT(project_id, id) DO UPDATE SET session_id=excluded.session_id, phase=excluded.phase,
+		task_type=excluded.task_type, status=excluded.status, progress_percent=excluded.progress_percent,
+		assigned_to=excluded.assigned_to, depends_on=excluded.depends_on, started_at=excluded.started_at,
+		completed_at=excluded.completed_at, result=excluded.result, seq=excluded.seq, name=excluded.name,
+		input=excluded.input, approval=excluded.approval, attempt=excluded.attempt, feedback=excluded.feedback,
+		error=excluded.error`,
+		t.ID, t.SessionID, t.ProjectID, t.Phase, t.TaskType, t.Status, t.ProgressPercent, nullStr(t.AssignedTo),
+		jsonText(deps), tsp(t.StartedAt), tsp(t.CompletedAt), rawOrNull(t.Result), t.Seq, t.Name, rawOrNull(t.Input),
+		t.Approval, t.Attempt, nullStr(t.Feedback), nullStr(t.Error))
+	if err != nil {
+		return fmt.Errorf("write task %s: %w", t.ID, err)
+	}
+	return nil
+}
+
+// PutTask inserts or replaces one task.
+func (s *Store) PutTask(ctx context.Context, t *PlanTask) error { return putTask(ctx, s.db, t) }
+
+// PutTasks writes several tasks in one transaction.
+func (s *Store) PutTasks(ctx context.Context, ts []PlanTask) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for i := range ts {
+		if err := putTask(ctx, tx, &ts[i]); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// Tasks returns a project's plan in plan order, each with its approval
+// state.
+func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error) {
+	rows, err := s.db.QueryContext(ctx, `SELECT t.id, t.session_id, t.project_id, t.seq, t.phase, t.task_type, t.name,
+		COALESCE(t.input,''), t.status, COALESCE(t.progress_percent,0), COALESCE(t.assigned_to,''), COALESCE(t.depends_on,'[]'),
+		t.approval, t.attempt, COALESCE(t.feedback,''), t.started_at, t.completed_at, COALESCE(t.result,''), COALESCE(t.error,''),
+		EXISTS (SELECT 1 FROM human_approvals a WHERE a.project_id = t.project_id AND a.task_id = t.id
+			AND a.attempt = t.attempt AND a.status = 'pending')
+		FROM tasks t WHERE t.project_id = ? ORDER BY t.phase, t.seq`, projectID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []PlanTask{}
+	for rows.Next() {
+		var t PlanTask
+		var input, deps, result string
+		var started, completed sql.NullString
+		var waiting bool
+		if err := rows.Scan(&t.ID, &t.SessionID, &t.ProjectID, &t.Seq, &t.Phase, &t.TaskType, &t.Name, &input, &t.Status,
+			&t.ProgressPercent, &t.AssignedTo, &deps, &t.Approval, &t.Attempt, &t.Feedback, &started, &completed,
+			&result, &t.Error, &waiting); err != nil {
+			return nil, err
+		}
+		if input != "" {
+			t.Input = json.RawMessage(input)
+		}
+		if result != "" {
+			t.Result = json.RawMessage(result)
+		}
+		if err := json.Unmarshal([]byte(deps), &t.DependsOn); err != nil || t.DependsOn == nil {
+			t.DependsOn = []string{}
+		}
+		t.StartedAt, t.CompletedAt = parseTS(started), parseTS(completed)
+		if waiting && t.Status == TaskInProgress {
+			t.State = WaitingForApproval
+		}
+		out = append(out, t)
+	}
+	return out, rows.Err()
+}
+
+// --- approvals
+
+// InsertApproval adds an approval, or returns the existing one for the
+// same task and attempt (the request is idempotent).
+func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, error) {
+	if a.TaskID != "" {
+		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt); err == nil {
+			return got, nil
+		} else if !errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+	}
+	hist := a.RevisionHistory
+	if hist == nil {
+		hist = []Revision{}
+	}
+	q := `INSERT INTO human_approvals(session_id, project_id, checkpoint_type, leader_id, status, submitted_at, resolved_at,
+		feedback, instruction_content, worker_instructions, artifacts, revision_history, task_id, attempt, decided_by)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+	args := []any{a.SessionID, a.ProjectID, a.CheckpointType, a.LeaderID, a.Status, ts(a.SubmittedAt), tsp(a.ResolvedAt),
+		nullStr(a.Feedback), nullStr(a.InstructionContent), jsonArray(a.WorkerInstructions), jsonArray(a.Artifacts),
+		jsonText(hist), a.TaskID, a.Attempt, nullStr(a.DecidedBy)}
+	if a.ID > 0 { // a rebuild keeps the ids the files name
+		q = strings.Replace(q, "(session_id,", "(id, session_id,", 1)
+		q = strings.Replace(q, "VALUES (?,", "VALUES (?,?,", 1)
+		args = append([]any{a.ID}, args...)
+	}
+	res, err := s.db.ExecContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("insert approval: %w", err)
+	}
+	id, _ := res.LastInsertId()
+	return s.Approval(ctx, id)
+}
+
+func jsonArray(r json.RawMessage) string {
+	if len(r) == 0 || string(r) == "null" {
+		return "[]"
+	}
+	return string(r)
+}
+
+const approvalCols = `id, session_id, project_id, task_id, attempt, checkpoint_type, leader_id, status, submitted_at,
+	resolved_at, COALESCE(feedback,''), COALESCE(instruction_content,''), COALESCE(worker_instructions,'[]'),
+	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]'), COALESCE(decided_by,'')`
+
+func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
+	var a Approval
+	var submitted, wi, art, hist string
+	var resolved sql.NullString
+	err := sc.Scan(&a.ID, &a.SessionID, &a.ProjectID, &a.TaskID, &a.Attempt, &a.CheckpointType, &a.LeaderID, &a.Status,
+		&submitted, &resolved, &a.Feedback, &a.InstructionContent, &wi, &art, &hist, &a.DecidedBy)
+	if t := parseTS(sql.NullString{String: submitted, Valid: true}); t != nil {
+		a.SubmittedAt = *t
+	}
+	a.ResolvedAt = parseTS(resolved)
+	a.WorkerInstructions, a.Artifacts = json.RawMessage(wi), json.RawMessage(art)
+	if json.Unmarshal([]byte(hist), &a.RevisionHistory) != nil || a.RevisionHistory == nil {
+		a.RevisionHistory = []Revision{}
+	}
+	return a, err
+}
+
+// Approval returns one approval.
+func (s *Store) Approval(ctx context.Context, id int64) (*Approval, error) {
+	a, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+func (s *Store) approvalFor(ctx context.Context, projectID, taskID string, attempt int) (*Approval, error) {
+	a, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals
+		WHERE project_id = ? AND task_id = ? AND attempt = ?`, projectID, taskID, attempt))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval of %s attempt %d: %w", taskID, attempt, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// Approvals lists approvals, oldest first: of a project when projectID is
+// set, with status when status is set.
+func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]Approval, error) {
+	q := `SELECT ` + approvalCols + ` FROM human_approvals WHERE 1=1`
+	var args []any
+	if projectID != "" {
+		q += ` AND project_id = ?`
+		args = append(args, projectID)
+	}
+	if status != "" {
+		q += ` AND status = ?`
+		args = append(args, status)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY id`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []Approval{}
+	for rows.Next() {
+		a, err := scanApproval(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// Decide resolves a pending approval: status, feedback, who decided,
+// resolved_at, and an entry in revision_history. ErrConflict when it is
+// not pending.
+func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by string, at time.Time) (*Approval, error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback()
+	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("approval %d: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if a.Status != ApprovalPending {
+		return nil, fmt.Errorf("approval %d is already %s: %w", id, a.Status, ErrConflict)
+	}
+	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by})
+	if _, err := tx.ExecContext(ctx, `UPDATE human_approvals SET status=?, feedback=?, resolved_at=?, revision_history=?, decided_by=? WHERE id=?`,
+		status, nullStr(feedback), ts(at), jsonText(a.RevisionHistory), nullStr(by), id); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	return s.Approval(ctx, id)
+}
+
+// --- approaches
+
+// PutApproach inserts or replaces an approach (the same id in the same
+// session is the same approach).
+func (s *Store) PutApproach(ctx context.Context, projectID, sessionID, kind string, a Approach, at time.Time) error {
+	body, err := json.Marshal(a)
+	if err != nil {
+		return err
+	}
+	_, err = s.db.ExecContext(ctx, `INSERT INTO approaches(session_id, project_id, id, kind, body, recorded_at) VALUES (?,?,?,?,?,?)
+		ON CONFLICT(session_id, id) DO UPDATE SET kind=excluded.kind, body=excluded.body, recorded_at=excluded.recorded_at`,
+		sessionID, projectID, a.ID, kind, string(body), ts(at))
+	if err != nil {
+		return fmt.Errorf("write approach %s: %w", a.ID, err)
+	}
+	return nil
+}
+
+// Approaches lists recorded approaches, oldest first: of a project, or of
+// one session when sessionID is set.
+func (s *Store) Approaches(ctx context.Context, projectID, sessionID string) ([]RecordedApproach, error) {
+	q := `SELECT session_id, kind, body FROM approaches WHERE project_id = ?`
+	args := []any{projectID}
+	if sessionID != "" {
+		q += ` AND session_id = ?`
+		args = append(args, sessionID)
+	}
+	rows, err := s.db.QueryContext(ctx, q+` ORDER BY recorded_at, rowid`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []RecordedApproach{}
+	for rows.Next() {
+		var r RecordedApproach
+		var body string
+		if err := rows.Scan(&r.SessionID, &r.Kind, &body); err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal([]byte(body), &r.Approach); err != nil {
+			return nil, fmt.Errorf("approach row of %s: %w", r.SessionID, err)
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,118 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
+)
+
+// ServiceSessions is the Env.Services key of the SessionService.
+const ServiceSessions = "sessions"
+
+// SessionService is what the session tools need of their host: the
+// daemon's control API (a *control.Client satisfies it), which records
+// approvals, approaches and plan changes in sessions.db. Without one in
+// Env.Services the tools dial the daemon named by the environment.
+type SessionService interface {
+	Session(ctx context.Context, requester, op string, req any) (json.RawMessage, error)
+}
+
+func init() {
+	Register(Tool{
+		Name: "approval_request",
+		Description: `Ask a person to approve the current task's work. args: {"checkpoint_type": e.g. "design", ` +
+			`"instruction_content": what is to be approved, "worker_instructions": [...], "artifacts": [paths]}. ` +
+			`When the task's answer is in, the task waits (WAITING_FOR_APPROVAL) for the decision: approved completes it, ` +
+			`rejected fails it, a revision runs it again with the feedback. Idempotent: the same task and attempt get the same approval.`,
+		Idempotent: true,
+		Run:        approvalRequest,
+	})
+	Register(Tool{
+		Name: "approach_record",
+		Description: `Record an approach in the session's approaches.json. args: {"kind": "verified"|"failed"|"untried", ` +
+			`"id": optional approach_..., "category", "description" (required), "details": {...}, "evidence": {...}, ` +
+			`"failure_reason", "error", "learnings": [...], "reusable", "avoid", "priority", "next_to_try", "note"}. ` +
+			`Idempotent: the same id (or, without one, the same kind, category and description) is the same record.`,
+		Idempotent: true,
+		Run:        approachRecord,
+	})
+	Register(Tool{
+		Name: "task_update",
+		Description: `Update a task of the project's plan. args: {"task_id": default the current task, "progress_percent": 0-100, ` +
+			`"status": "in_progress"|"pending"|"blocked", "depends_on": [task ids]} or {"add": {"phase", "type", "name", ` +
+			`"input", "depends_on": [task ids], "assigned_to", "approval"}} to add a task. Idempotent: values are set, not added.`,
+		Idempotent: true,
+		Run:        taskUpdate,
+	})
+}
+
+var errNoSession = errors.New("this task belongs to no project session (it has no project_id and session_id)")
+
+func sessionCall(ctx context.Context, env Env, op string, req map[string]any) (json.RawMessage, error) {
+	if env.ProjectID == "" || env.SessionID == "" {
+		return nil, errNoSession
+	}
+	req["project_id"], req["session_id"] = env.ProjectID, env.SessionID
+	s, _ := env.Services[ServiceSessions].(SessionService)
+	if s == nil {
+		c, err := control.FromEnv()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		s = c
+	}
+	return s.Session(ctx, env.AgentID, op, req)
+}
+
+func approvalRequest(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+	var args struct {
+		CheckpointType     string          `json:"checkpoint_type"`
+		InstructionContent string          `json:"instruction_content"`
+		WorkerInstructions json.RawMessage `json:"worker_instructions"`
+		Artifacts          json.RawMessage `json:"artifacts"`
+	}
+	if err := decodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	return sessionCall(ctx, env, "approval", map[string]any{"task_id": env.TaskID, "checkpoint_type": args.CheckpointType,
+		"instruction_content": args.InstructionContent, "worker_instructions": orNull(args.WorkerInstructions),
+		"artifacts": orNull(args.Artifacts)})
+}
+
+func orNull(r json.RawMessage) json.RawMessage {
+	if len(r) == 0 {
+		return json.RawMessage("null")
+	}
+	return r
+}
+
+func approachRecord(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+	var args map[string]json.RawMessage
+	if err := decodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	var kind string
+	if err := json.Unmarshal(args["kind"], &kind); err != nil {
+		return nil, errors.New(`"kind" is required: "verified", "failed" or "untried"`)
+	}
+	delete(args, "kind")
+	return sessionCall(ctx, env, "approach", map[string]any{"kind": kind, "approach": args})
+}
+
+func taskUpdate(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+	var args map[string]json.RawMessage
+	if err := decodeArgs(raw, &args); err != nil {
+		return nil, err
+	}
+	req := map[string]any{"task_id": env.TaskID}
+	for k, v := range args {
+		req[k] = v
+	}
+	return sessionCall(ctx, env, "task", req)
+}
+
+// Interface guard.
+var _ SessionService = (*control.Client)(nil)

@@ -1,0 +1,160 @@
+package webui
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"mime"
+	"net/http"
+	"path"
+	"strings"
+	"time"
+)
+
+//go:embed static
+var static embed.FS
+
+// asset is one embedded file, ready to serve in both encodings.
+type asset struct {
+	name  string // "app.js"
+	ctype string
+	raw   []byte
+	gz    []byte // nil when gzip does not make it smaller
+	hash  string // first 16 hex digits of the SHA-256 of raw
+}
+
+// assets holds the embedded files, built once by loadAssets.
+type assets struct {
+	index *asset            // index.html with the assets' hashed URLs
+	files map[string]*asset // by name under /ui/
+}
+
+// loadAssets reads, hashes and compresses the embedded files, and writes
+// each asset's hash into the page's URLs ("/ui/app.js" → "/ui/app.js?v=HASH")
+// so that the browser may keep them for a year.
+func loadAssets(fsys fs.FS) (*assets, error) {
+	a := &assets{files: map[string]*asset{}}
+	entries, err := fs.ReadDir(fsys, ".")
+	if err != nil {
+		return nil, err
+	}
+	var page []byte
+	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
+		data, err := fs.ReadFile(fsys, e.Name())
+		if err != nil {
+			return nil, err
+		}
+		if e.Name() == "index.html" {
+			page = data
+			continue
+		}
+		a.files[e.Name()], err = newAsset(e.Name(), data)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if page == nil {
+		return nil, fmt.Errorf("webui: no index.html")
+	}
+	for name, f := range a.files {
+		page = bytes.ReplaceAll(page, []byte(`"/ui/`+name+`"`), []byte(`"/ui/`+name+`?v=`+f.hash+`"`))
+	}
+	if a.index, err = newAsset("index.html", page); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func newAsset(name string, raw []byte) (*asset, error) {
+	sum := sha256.Sum256(raw)
+	f := &asset{name: name, raw: raw, hash: hex.EncodeToString(sum[:8])}
+	f.ctype = mime.TypeByExtension(path.Ext(name))
+	switch path.Ext(name) { // the system's MIME table may lack these or differ
+	case ".js":
+		f.ctype = "text/javascript; charset=utf-8"
+	case ".css":
+		f.ctype = "text/css; charset=utf-8"
+	case ".html":
+		f.ctype = "text/html; charset=utf-8"
+	case ".svg":
+		f.ctype = "image/svg+xml"
+	}
+	if f.ctype == "" {
+		f.ctype = "application/octet-stream"
+	}
+	var buf bytes.Buffer
+	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	if buf.Len() < len(raw) {
+		f.gz = buf.Bytes()
+	}
+	return f, nil
+}
+
+// CompressedSize is the size of the whole UI as a browser downloads it
+// (gzip where it is smaller), in bytes.
+func (a *assets) compressedSize() int {
+	n := a.index.size(true)
+	for _, f := range a.files {
+		n += f.size(true)
+	}
+	return n
+}
+
+func (f *asset) size(gz bool) int {
+	if gz && f.gz != nil {
+		return len(f.gz)
+	}
+	return len(f.raw)
+}
+
+// serve writes f, gzipped when the client accepts it, answering
+// If-None-Match with 304. immutable marks a URL whose content never changes.
+func (f *asset) serve(w http.ResponseWriter, r *http.Request, immutable bool) {
+	h := w.Header()
+	h.Set("Content-Type", f.ctype)
+	h.Set("Vary", "Accept-Encoding")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if immutable {
+		h.Set("Cache-Control", "public, max-age=31536000, immutable")
+	} else {
+		h.Set("Cache-Control", "no-cache")
+	}
+	body, etag := f.raw, `"`+f.hash+`"`
+	if f.gz != nil && acceptsGzip(r) {
+		body, etag = f.gz, `"`+f.hash+`-gz"`
+		h.Set("Content-Encoding", "gzip")
+	}
+	h.Set("ETag", etag)
+	// ServeContent answers If-None-Match (304), HEAD and ranges.
+	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
+}
+
+// acceptsGzip reports whether Accept-Encoding lists gzip with a non-zero
+// quality.
+func acceptsGzip(r *http.Request) bool {
+	for _, part := range strings.Split(r.Header.Get("Accept-Encoding"), ",") {
+		coding, params, _ := strings.Cut(strings.TrimSpace(part), ";")
+		if !strings.EqualFold(strings.TrimSpace(coding), "gzip") {
+			continue
+		}
+		q := strings.ReplaceAll(strings.TrimSpace(params), " ", "")
+		return q != "q=0" && q != "q=0.0" && q != "q=0.00" && q != "q=0.000"
+	}
+	return false
+}
