@@ -174,14 +174,14 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 			}
 			return dir
 		},
-		Vars:         vars,
-		Services:     services,
-		Outbox:       a.Outbox,
-		OnProgress:   a.OnProgress,
-		Log:          a.Log,
-		Now:          a.Now,
-		BeforeSave:   a.BeforeSave,
-		AfterSave:    a.AfterSave,
+		Vars:       vars,
+		Services:   services,
+		Outbox:     a.Outbox,
+		OnProgress: a.OnProgress,
+		Log:        a.Log,
+		Now:        a.Now,
+		BeforeSave: a.BeforeSave,
+		AfterSave:  a.AfterSave,
 
 		UnknownOutcome: t.UnknownOutcomeOrDefault(),
 		RetryMin:       a.RetryMin,

@@ -138,8 +138,8 @@ type Status struct {
 	// PreviousRun is how the daemon's previous run ended, from its boot
 	// journal: none, clean, crash (no clean stop) or power_loss (no clean
 	// stop, and the machine booted since).
-	PreviousRun string `json:"previous_run,omitempty"`
-	StateStore  *StoreState    `json:"state_store,omitempty"`
+	PreviousRun string      `json:"previous_run,omitempty"`
+	StateStore  *StoreState `json:"state_store,omitempty"`
 }
 
 // StoreState is the snapshot store as phase 1 found it.
