@@ -16,7 +16,7 @@ import (
 const MaxTemplateBytes = 1 << 20
 
 // builtinTools are the tools accepted when Validator.KnownTool is nil.
-var builtinTools = []string{"file_append", "file_read", "file_write", "http_get", "sleep_ms", "agent_manager", "approval_request", "approach_record",
+var builtinTools = []string{"file_append", "file_read", "file_write", "http_get", "sleep_ms", "agent_manager", "approval_request", "approach_record", "task_update",
 	"memory_store", "memory_search", "memory_delete"}
 
 // BuiltinTools returns the tool names accepted when no tool registry is
