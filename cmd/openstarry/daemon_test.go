@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -140,19 +139,6 @@ func pidGone(pid int) bool {
 		return true
 	}
 	return regexp.MustCompile(`(?m)^State:\s+Z`).Match(data)
-}
-
-func runCLI(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), code
 }
 
 var phaseRe = regexp.MustCompile(`"phase":(\d),"duration_ms":([0-9.]+)[^\n]*"message":"phase (\d)/4 ([^"]+)"`)

@@ -208,3 +208,17 @@ func countLines(t *testing.T, path string) map[string]int {
 	}
 	return counts
 }
+
+// runCLI runs the built binary and returns its combined output and exit code.
+func runCLI(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}

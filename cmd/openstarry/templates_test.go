@@ -149,14 +149,14 @@ func TestTemplatesValidateEveryError(t *testing.T) {
 	copyShipped(t, tdir, "master.json", "worker.json", "echo.json")
 	p := filepath.Join(tdir, "master.json")
 	data, _ := os.ReadFile(p)
-	data = bytes.Replace(data, []byte(`"agent_manager"]`), []byte(`"agent_manager", "teleport"]`), 1)
+	data = bytes.Replace(data, []byte(`"tools": [`), []byte(`"tools": ["teleport", `), 1)
 	data = bytes.Replace(data, []byte(`"workers": ["worker"]`), []byte(`"workers": ["worker", "nosuch"]`), 1)
 	if err := os.WriteFile(p, data, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, arg := range []string{tdir, p} {
 		out, stderr, code := runCmd(t, newTemplatesCmd(), "validate", arg)
-		if code != 1 || !strings.Contains(out, "master.json: /tools/3: unknown_tool") || !strings.Contains(out, "master.json: /workers/1: missing_worker") {
+		if code != 1 || !strings.Contains(out, "master.json: /tools/0: unknown_tool") || !strings.Contains(out, "master.json: /workers/1: missing_worker") {
 			t.Fatalf("%s: exit %d\n%s%s", arg, code, out, stderr)
 		}
 		want := "2 errors in 1 of 3 templates"

@@ -111,7 +111,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			return nil, fmt.Errorf("embedded broker: open %s: %w", path, err)
 		}
 	}
-	if err := srv.AddListener(listeners.NewNet("tcp", ln)); err != nil {
+	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", ln), srv: srv}); err != nil {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
@@ -154,6 +154,28 @@ func (b *Broker) closeServer() {
 		}
 	}
 	_ = b.srv.Close()
+}
+
+// netListener is mochi's TCP listener with its own way of closing the
+// clients at shutdown. mochi v2.7.9's Clients.GetByListener, which
+// Server.Close uses, takes the clients' read lock twice; a client that
+// disconnects in between (Clients.Delete waiting for the write lock)
+// deadlocks the broker for good (mochi-mqtt/server#488, fix not released).
+// Here the clients are listed once under a single read lock (Clients.GetAll).
+type netListener struct {
+	*listeners.Net
+	srv *mqtt.Server
+}
+
+// Close closes the listener and disconnects its clients.
+func (l *netListener) Close(listeners.CloseFn) {
+	l.Net.Close(func(id string) {
+		for _, cl := range l.srv.Clients.GetAll() {
+			if cl.Net.Listener == id && !cl.Closed() {
+				_ = l.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)
+			}
+		}
+	})
 }
 
 // demote lowers to debug mochi's start and stop chatter (hooks added,
