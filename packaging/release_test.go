@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // The release these tests check is built once, by build.sh itself, into a
@@ -244,19 +247,19 @@ func roundTrip(t *testing.T, argv []string, data ...string) {
 		TaskID, Status string
 		Output         any
 	}
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(100 * time.Millisecond) {
-		r, err := http.Get(base + "/agents/qa/tasks/t-1")
-		if err == nil {
+	if wait.Poll(2*time.Minute, func() error {
+		var r *http.Response
+		if r, err = http.Get(base + "/agents/qa/tasks/t-1"); err == nil {
 			data, _ := io.ReadAll(r.Body)
 			r.Body.Close()
 			json.Unmarshal(data, &res)
 		}
 		if res.Status == "done" && res.Output == "hello from the board" {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("task result %+v (%v)\n%s", res, err, c.logs())
-		}
+		return errors.New(res.Status)
+	}) != nil {
+		t.Fatalf("task result %+v (%v)\n%s", res, err, c.logs())
 	}
 }
 

@@ -4,6 +4,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // browser is a headless Chromium driven over the DevTools protocol.
@@ -110,20 +113,20 @@ func (b *browser) run(what string, timeout time.Duration, actions ...chromedp.Ac
 func (b *browser) waitText(what, sel, want string, timeout time.Duration) string {
 	b.t.Helper()
 	var got string
-	deadline := time.Now().Add(timeout)
-	for {
+	var err error
+	if wait.Poll(timeout, func() error {
 		ctx, cancel := context.WithTimeout(b.ctx, 2*time.Second)
-		err := chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.AtLeast(0)))
+		err = chromedp.Run(ctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.AtLeast(0)))
 		cancel()
-		if err == nil && strings.Contains(got, want) {
-			return got
+		if err == nil && !strings.Contains(got, want) {
+			return errors.New("not there yet")
 		}
-		if time.Now().After(deadline) {
-			b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
-			b.t.Fatalf("%s: %q never contained %q (last %q, err %v)", what, sel, want, got, err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err
+	}) != nil {
+		b.shot("failed-" + strings.ReplaceAll(what, " ", "-"))
+		b.t.Fatalf("%s: %q never contained %q (last %q, err %v)", what, sel, want, got, err)
 	}
+	return got
 }
 
 // shot saves a PNG of the whole page as webui-NAME.png in the screenshot

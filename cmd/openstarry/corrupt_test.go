@@ -24,25 +24,12 @@ func runTasks(t *testing.T, data, agentID string, n int) {
 		if code, body, err := postTask(t.Context(), base, agentID, []byte(`{"task_id":"`+id+`","input":"x"}`)); err != nil || code != 202 {
 			t.Fatalf("task %s: %d %s %v", id, code, body, err)
 		}
-		waitDone(t, base, agentID, id)
+		waitTask(t, base, agentID, id)
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
 		t.Fatalf("stop: %d %v\n%s", code, err, c.logs())
 	}
-}
-
-func waitDone(t *testing.T, base, agentID, id string) taskState {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if code, st, err := getTask(base, agentID, id); err == nil && code == 200 && st.Status != "queued" && st.Status != "running" {
-			return st
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("task %s did not finish", id)
-	return taskState{}
 }
 
 // TestCorruptLatestGeneration: bytes flipped in the newest record make the

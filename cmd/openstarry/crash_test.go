@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/crashseed"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 var hydratedRe = regexp.MustCompile(`hydrated at tick (\d+)`)
@@ -46,9 +50,8 @@ func crashRun(t *testing.T, storeURL string) {
 		storeURL = fmt.Sprintf(storeURL, data)
 	}
 	args := []string{"run", "--agent", agentID, "--data", data, "--store", storeURL, "--listen", "127.0.0.1:0", "--no-mqtt"}
-	seed := uint64(time.Now().UnixNano())
-	rng := rand.New(rand.NewPCG(seed, 7))
-	t.Logf("%d tasks, %d kills, seed %d", tasks, kills, seed)
+	t.Logf("%d tasks, %d kills", tasks, kills)
+	rng := rand.New(rand.NewPCG(crashseed.Seed(t), 7))
 
 	var (
 		accepted = map[string]bool{}
@@ -85,7 +88,7 @@ func crashRun(t *testing.T, storeURL string) {
 			continue
 		}
 		if next >= tasks {
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Until(killAt)) // every task sent: on to the next kill
 			continue
 		}
 		id := fmt.Sprintf("task-%03d", next)
@@ -108,23 +111,25 @@ func crashRun(t *testing.T, storeURL string) {
 	final := map[string]taskState{}
 	deadline := time.Now().Add(60 * time.Second)
 	for id := range accepted {
-		for {
-			code, st, err := getTask(base, agentID, id)
-			if err != nil {
+		var st taskState
+		err := wait.Poll(time.Until(deadline), func() error {
+			var code int
+			var err error
+			code, st, err = getTask(base, agentID, id)
+			switch {
+			case err != nil:
 				t.Fatalf("task %s: %v", id, err)
-			}
-			if code == 200 && st.Status != "queued" && st.Status != "running" {
-				final[id] = st
-				break
-			}
-			if code != 200 {
+			case code != 200:
 				t.Fatalf("accepted task %s is lost: %d", id, code)
+			case st.Status == "queued" || st.Status == "running":
+				return errors.New(st.Status)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("task %s still %s\n%s", id, st.Status, c.logs())
-			}
-			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("task %s still %s\n%s", id, st.Status, c.logs())
 		}
+		final[id] = st
 	}
 
 	ends := map[string]taskEnd{}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // BenchmarkDaemonBoot measures a cold boot: from exec of `openstarry start`
@@ -64,7 +66,7 @@ func BenchmarkDaemonBoot(b *testing.B) {
 					}
 				}()
 				if i == b.N-1 {
-					time.Sleep(3 * time.Second)
+					wait.Settle(b, 3*time.Second, "the daemon and the master idle, so that the resident memory read is the idle figure")
 					daemonRSS = vmRSS(b, cmd.Process.Pid)
 					agentRSS = vmRSS(b, masterPID)
 					agentPriv = privateMiB(b, masterPID)

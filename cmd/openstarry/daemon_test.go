@@ -24,6 +24,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/redis/redistest"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -67,26 +68,6 @@ func startDaemon(t *testing.T, cfgPath string) *child {
 	return c
 }
 
-// waitLog waits until the process's log contains s.
-func (c *child) waitLog(s string, timeout time.Duration) {
-	c.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if strings.Contains(c.logs(), s) {
-			return
-		}
-		select {
-		case <-c.done:
-			if strings.Contains(c.logs(), s) {
-				return
-			}
-			c.t.Fatalf("exited (%v) before logging %q:\n%s", c.err, s, c.logs())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	c.t.Fatalf("no %q within %s:\n%s", s, timeout, c.logs())
-}
-
 func daemonStatus(t *testing.T, data string) *control.Status {
 	t.Helper()
 	c, err := control.Discover(data)
@@ -113,18 +94,21 @@ func agentInfo(st *control.Status, id string) (control.AgentInfo, bool) {
 // waitAgent polls the status until cond holds for agent id.
 func waitAgent(t *testing.T, data, id string, timeout time.Duration, cond func(control.AgentInfo) bool) control.AgentInfo {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	var last control.AgentInfo
-	for time.Now().Before(deadline) {
-		if a, ok := agentInfo(daemonStatus(t, data), id); ok {
-			last = a
-			if cond(a) {
-				return a
-			}
+	err := wait.Poll(timeout, func() error {
+		a, ok := agentInfo(daemonStatus(t, data), id)
+		if !ok {
+			return errors.New("not in the status")
 		}
-		time.Sleep(20 * time.Millisecond)
+		last = a
+		if !cond(a) {
+			return errors.New("condition not met")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("agent %s: condition not met within %s; last %+v", id, timeout, last)
 	}
-	t.Fatalf("agent %s: condition not met within %s; last %+v", id, timeout, last)
 	return last
 }
 
@@ -229,7 +213,7 @@ func TestDaemonMasterKilled(t *testing.T) {
 	}
 	unknown := 0
 	for _, id := range ids {
-		st := waitDone(t, base, "master", id) // through the daemon's pass-through
+		st := waitTask(t, base, "master", id) // through the daemon's pass-through
 		switch st.Status {
 		case "done":
 		case "unknown_outcome":
@@ -276,14 +260,8 @@ func TestDaemonKilledNoOrphans(t *testing.T) {
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.done
-	deadline := time.Now().Add(10 * time.Second)
 	for _, pid := range pids {
-		for !pidGone(pid) {
-			if time.Now().After(deadline) {
-				t.Fatalf("agent pid %d outlived the daemon", pid)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		wait.For(t, 10*time.Second, fmt.Sprintf("agent pid %d gone with the daemon", pid), func() bool { return pidGone(pid) })
 	}
 	// The next daemon boots on the same directory and restores the worker.
 	c2 := startDaemon(t, daemonConfig(t, data, ""))
@@ -337,7 +315,7 @@ func TestDaemonAgentManager(t *testing.T) {
 	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
 		t.Fatalf("%d %s %v", code, body, err)
 	}
-	st := waitDone(t, base, "master", "delegate-1")
+	st := waitTask(t, base, "master", "delegate-1")
 	if st.Status != "done" || !strings.Contains(string(st.Output), `"agent_id":"w1"`) || !strings.Contains(string(st.Output), `"result_task_id":"worker_result:w1:wt1"`) {
 		t.Fatalf("spawn task: %+v %s", st, st.Output)
 	}
@@ -345,7 +323,7 @@ func TestDaemonAgentManager(t *testing.T) {
 	if w.Role != "worker" || w.Requester != "master" || pidGone(w.PID) {
 		t.Fatalf("worker %+v", w)
 	}
-	res := waitDone(t, base, "master", "worker_result:w1:wt1")
+	res := waitTask(t, base, "master", "worker_result:w1:wt1")
 	if res.Status != "done" || !strings.Contains(string(res.Output), `"worker":"w1"`) || !strings.Contains(string(res.Output), "hello from the worker") {
 		t.Fatalf("worker result at the master: %+v %s", res, res.Output)
 	}
@@ -355,11 +333,11 @@ func TestDaemonAgentManager(t *testing.T) {
 	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
 		t.Fatalf("%d %s %v", code, body, err)
 	}
-	st = waitDone(t, base, "master", "delegate-2")
+	st = waitTask(t, base, "master", "delegate-2")
 	if st.Status != "done" || !strings.Contains(string(st.Output), `\"id\": \"w1\"`) && !strings.Contains(string(st.Output), `"id":"w1"`) {
 		t.Fatalf("list/stop: %+v %s", st, st.Output)
 	}
-	eventually(t, "worker process gone", func() bool { return pidGone(w.PID) })
+	wait.For(t, 10*time.Second, "worker process gone", func() bool { return pidGone(w.PID) })
 	if _, ok := agentInfo(daemonStatus(t, data), "w1"); ok {
 		t.Fatal("stopped worker still listed")
 	}
@@ -490,7 +468,7 @@ func TestDaemonInterruptionScan(t *testing.T) {
 		if code, body, err := postTask(t.Context(), base, id, []byte(`{"task_id":"t1","input":"x"}`)); err != nil || code != 202 {
 			t.Fatalf("%d %s %v", code, body, err)
 		}
-		waitDone(t, base, id, "t1")
+		waitTask(t, base, id, "t1")
 		c.kill()
 	}
 	c := startDaemon(t, daemonConfig(t, data, ""))
@@ -554,18 +532,6 @@ interrupted at boot (snapshot not closed cleanly):
 	}
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 // TestDaemonDeviceStatus: under the daemon, the device's retained status
 // is the daemon's: online with its running agents; an agent that stops
 // changes the list, not the device's state; the daemon killed leaves
@@ -576,34 +542,16 @@ func TestDaemonDeviceStatus(t *testing.T) {
 	c := startDaemon(t, daemonConfig(t, data, "mqtt:\n  broker: "+m.URL()+"\n  device: dev1\n"))
 	c.waitLog("mqtt: connected to "+m.URL(), 10*time.Second)
 	topic := "openstarry/dev1/status"
-	retained := func(want ...string) func() bool {
-		return func() bool {
-			col := mqtttest.Collect(t, m.URL(), fmt.Sprintf("dst-%d", time.Now().UnixNano()), true, topic)
-			defer col.Client.Disconnect(10)
-			for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-				for _, msg := range col.Messages(topic) {
-					all := msg.Retained
-					for _, w := range want {
-						all = all && strings.Contains(string(msg.Payload), w)
-					}
-					if all {
-						return true
-					}
-				}
-			}
-			return false
-		}
-	}
-	mqtttest.WaitFor(t, 10*time.Second, "device online with the master", retained(`"state":"online"`, `"agents":["master"]`))
+	wait.For(t, 10*time.Second, "device online with the master", retainedStatus(t, m.URL(), topic, `"state":"online"`, `"agents":["master"]`))
 
 	if out, code := runCLI(t, "agent", "stop", "master", "--data", data); code != 0 {
 		t.Fatalf("agent stop: %d\n%s", code, out)
 	}
-	mqtttest.WaitFor(t, 10*time.Second, "device online without agents", retained(`"state":"online"`, `"agents":[]`))
+	wait.For(t, 10*time.Second, "device online without agents", retainedStatus(t, m.URL(), topic, `"state":"online"`, `"agents":[]`))
 
 	c.kill()
-	mqtttest.WaitFor(t, 10*time.Second, "device offline (the daemon's last will)",
-		retained(`"state":"offline"`, `"reason":"connection lost"`))
+	wait.For(t, 10*time.Second, "device offline (the daemon's last will)",
+		retainedStatus(t, m.URL(), topic, `"state":"offline"`, `"reason":"connection lost"`))
 }
 
 // TestDaemonConsoleLog: with --log-format console the agents' lines are
@@ -638,10 +586,10 @@ func TestDaemonEphemeralWorker(t *testing.T) {
 	if code, body, err := postTask(t.Context(), base, "master", []byte(task)); err != nil || code != 202 {
 		t.Fatalf("%d %s %v", code, body, err)
 	}
-	if st := waitDone(t, base, "master", "delegate-e"); st.Status != "done" {
+	if st := waitTask(t, base, "master", "delegate-e"); st.Status != "done" {
 		t.Fatalf("spawn: %+v", st)
 	}
-	res := waitDone(t, base, "master", "worker_result:e1:et1")
+	res := waitTask(t, base, "master", "worker_result:e1:et1")
 	if res.Status != "done" || !strings.Contains(string(res.Output), "short-lived") {
 		t.Fatalf("worker result at the master: %+v %s", res, res.Output)
 	}

@@ -16,6 +16,9 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/openstarry/openstarry-edge/internal/crashseed"
+	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 
 // The damage test: a stopped agent's store is damaged at random (bit
@@ -32,7 +35,7 @@ import (
 // gone without a warning, or (bbolt and file) a refused store that was
 // changed. The test prints its table of outcomes. make test runs a few
 // trials per store; OPENSTARRY_TORTURE=1 (make torture) runs 200 each.
-// OPENSTARRY_DAMAGE_SEED repeats a run.
+// -crash.seed repeats a run.
 
 const damageAgent = "dmg"
 
@@ -86,11 +89,7 @@ func TestStoreDamage(t *testing.T) {
 	if os.Getenv("OPENSTARRY_TORTURE") != "" {
 		trials = 200
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("OPENSTARRY_DAMAGE_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (OPENSTARRY_DAMAGE_SEED repeats it)", seed)
+	seed := crashseed.Seed(t)
 	for i, st := range damageStores {
 		t.Run(st.name, func(t *testing.T) {
 			damageStoreTrials(t, st, trials, rand.New(rand.NewPCG(seed, uint64(i))))
@@ -114,7 +113,7 @@ func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand)
 			if code, body, err := postTask(t.Context(), url, damageAgent, []byte(`{"task_id":"`+id+`","input":"x"}`)); err != nil || code != 202 {
 				t.Fatalf("task %s: %d %s %v", id, code, body, err)
 			}
-			waitDone(t, url, damageAgent, id)
+			waitTask(t, url, damageAgent, id)
 			tasks = append(tasks, id)
 		}
 		if run == 1 {
@@ -131,7 +130,7 @@ func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand)
 	// The tick an undamaged copy comes back at.
 	newest := -1
 	{
-		dir := copyTree(t, base)
+		dir := trialDir(t, base)
 		r := startDamaged(t, st, dir, tasks)
 		if r.outcome != "loaded" || r.lost > 0 {
 			t.Fatalf("the undamaged store: %s, %d results lost\n%s", r.outcome, r.lost, r.logs)
@@ -147,16 +146,16 @@ func damageStoreTrials(t *testing.T, st damageStore, trials int, rng *rand.Rand)
 		names = append(names, f)
 	}
 	sort.Strings(names)
-	kinds := []string{"bit flips", "truncation", "zeroed page"}
+	kinds := []storagetest.Damage{storagetest.BitFlips, storagetest.Truncation, storagetest.ZeroedPage}
 	for i := 0; i < trials; i++ {
-		dir := copyTree(t, base)
+		dir := trialDir(t, base)
 		rel := names[rng.IntN(len(names))]
 		target := filepath.Join(dir, strings.TrimPrefix(rel, base))
 		kind := kinds[rng.IntN(len(kinds))]
-		what := damage(t, target, files[rel], kind, rng)
+		what := storagetest.DamageFile(t, target, files[rel], kind, rng)
 		before := hashTree(t, dir)
 		r := startDamaged(t, st, dir, tasks)
-		key := filepath.Base(rel) + ", " + kind
+		key := filepath.Base(rel) + ", " + kind.String()
 		if table[key] == nil {
 			table[key] = &row{}
 		}
@@ -269,68 +268,14 @@ func startDamaged(t *testing.T, st damageStore, dir string, tasks []string) dama
 	return r
 }
 
-// damage damages the first used bytes of the file at path and says how.
-func damage(t *testing.T, path string, used int64, kind string, rng *rand.Rand) string {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	used = min(used, int64(len(b)))
-	var what string
-	switch kind {
-	case "bit flips":
-		n := 1 + rng.IntN(4)
-		var at []string
-		for i := 0; i < n; i++ {
-			off := rng.Int64N(used)
-			b[off] ^= 1 << rng.IntN(8)
-			at = append(at, strconv.FormatInt(off, 10))
-		}
-		what = "bits flipped at " + strings.Join(at, ",")
-	case "truncation":
-		n := rng.Int64N(used)
-		what = fmt.Sprintf("cut to %d of %d bytes", n, len(b))
-		b = b[:n]
-	default:
-		const page = 4096
-		pages := max((used+page-1)/page, 1)
-		p := rng.Int64N(pages)
-		end := min((p+1)*page, int64(len(b)))
-		clear(b[p*page : end])
-		what = fmt.Sprintf("page %d zeroed", p)
-	}
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return what
-}
-
-// copyTree copies the directory src to a new temporary directory.
-func copyTree(t *testing.T, src string) string {
+// trialDir copies the directory src to a new temporary directory.
+func trialDir(t *testing.T, src string) string {
 	t.Helper()
 	dst, err := os.MkdirTemp(t.TempDir(), "trial")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o700)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, data, 0o600)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	storagetest.CopyDir(t, src, dst)
 	return dst
 }
 

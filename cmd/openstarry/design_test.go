@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // syncBuffer is a bytes.Buffer safe to read while a server writes.
@@ -73,13 +76,14 @@ func TestDesignServeServes(t *testing.T) {
 	}()
 	re := regexp.MustCompile(`on (http://127\.0\.0\.1:\d+)`)
 	var base string
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if m := re.FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
-			break
+	if err := wait.Poll(5*time.Second, func() error {
+		m := re.FindStringSubmatch(out.String())
+		if m == nil {
+			return errors.New("no address printed")
 		}
-	}
-	if base == "" {
+		base = m[1]
+		return nil
+	}); err != nil {
 		t.Fatalf("server did not start: %q", out.String())
 	}
 	if !strings.Contains(out.String(), "serving 3 templates from "+dir) {

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // TestDiskFull runs an agent on a small tmpfs that fills up: the task whose
@@ -95,20 +97,16 @@ func diskFullRun(t *testing.T, storeURL string) {
 	c = startChild(t, true, args...)
 	base = c.url()
 	for _, id := range accepted {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		wait.Until(t, 30*time.Second, "task "+id+" done", func() error {
 			code, st, err := getTask(base, agentID, id)
 			if err != nil || code != 200 {
 				t.Fatalf("accepted task %s after the restart: %d %v\n%s", id, code, err, c.logs())
 			}
-			if st.Status == "done" {
-				break
+			if st.Status != "done" {
+				return fmt.Errorf("task %s still %s", id, st.Status)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("task %s still %s", id, st.Status)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+			return nil
+		})
 	}
 	if refused != "none" {
 		if code, _, _ := getTask(base, agentID, refused); code != 404 {

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // umask000 runs openstarry with args under umask 000.
@@ -45,7 +46,7 @@ func TestFileModesUmask000(t *testing.T) {
 	if code, body, err := postTask(context.Background(), c.url(), "master", appendTask("m1", "sub/dir/out.txt")); err != nil || code != 202 {
 		t.Fatalf("task: %d %s %v", code, body, err)
 	}
-	eventually(t, "the master's artifact", func() bool {
+	wait.For(t, 10*time.Second, "the master's artifact", func() bool {
 		_, err := os.Stat(filepath.Join(data, "agents", "master", "artifacts", "sub", "dir", "out.txt"))
 		return err == nil
 	})
@@ -62,7 +63,7 @@ func TestFileModesUmask000(t *testing.T) {
 		if code, body, err := postTask(context.Background(), r.url(), "r-"+store.name, appendTask("t1", "a/b.txt")); err != nil || code != 202 {
 			t.Fatalf("%s: task: %d %s %v", store.name, code, body, err)
 		}
-		eventually(t, store.name+"'s result", func() bool {
+		wait.For(t, 10*time.Second, store.name+"'s result", func() bool {
 			code, st, err := getTask(r.url(), "r-"+store.name, "t1")
 			return err == nil && code == 200 && st.Status == "done"
 		})

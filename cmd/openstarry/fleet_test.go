@@ -14,6 +14,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
@@ -123,7 +124,7 @@ func TestFleetCommands(t *testing.T) {
 		}
 		return n
 	}
-	mqtttest.WaitFor(t, 20*time.Second, "five refusals, a replay and a reply", func() bool {
+	wait.For(t, 20*time.Second, "five refusals, a replay and a reply", func() bool {
 		return len(dl.Messages("openstarry/dev-a/deadletter")) >= 6 && replies() >= 1
 	})
 	codes := map[string]int{}
@@ -141,7 +142,7 @@ func TestFleetCommands(t *testing.T) {
 			t.Fatalf("dead letters by code %v, want %v", codes, want)
 		}
 	}
-	time.Sleep(500 * time.Millisecond) // a second reply to the replay would be here by now
+	wait.Settle(t, 500*time.Millisecond, "a second reply, to the replay, would be here by now")
 	if n := replies(); n != 1 {
 		t.Fatalf("%d replies to the obeyed command, want 1", n)
 	}
@@ -152,7 +153,7 @@ func TestFleetCommands(t *testing.T) {
 	}
 
 	// fleet status from the retained telemetry.
-	mqtttest.WaitFor(t, 20*time.Second, "fleet status lists both devices", func() bool {
+	wait.For(t, 20*time.Second, "fleet status lists both devices", func() bool {
 		out, code = runCLI(t, "fleet", "status", "--broker", m.URL(), "--wait", "500ms")
 		return code == 0 && strings.Contains(out, "dev-a") && strings.Contains(out, "dev-b") && strings.Count(out, "1/1 running") == 2
 	})

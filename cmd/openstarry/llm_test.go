@@ -31,20 +31,6 @@ func modelTemplate(t *testing.T, srv *llmtest.Server) string {
 	return file
 }
 
-func waitTask(t *testing.T, base, agentID, taskID string) taskState {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		code, st, err := getTask(base, agentID, taskID)
-		if err == nil && code == 200 && st.Status != "queued" && st.Status != "running" {
-			return st
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("task %s did not finish", taskID)
-	return taskState{}
-}
-
 // The shipped template for a local model server validates and runs a task
 // against a server speaking the chat completions API.
 func TestShippedModelTemplateRuns(t *testing.T) {

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/crashseed"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -28,8 +30,8 @@ func TestMQTTCrashRecovery(t *testing.T) {
 	const agentID = "mc"
 	col := mqtttest.Collect(t, m.URL(), "observer-crash", false, resultsTopic(agentID))
 	c := runAgentMQTT(t, agentID, data, "--broker", m.URL())
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("%d tasks, %d kills, seed %d", tasks, kills, seed)
+	t.Logf("%d tasks, %d kills", tasks, kills)
+	seed := crashseed.Seed(t)
 
 	// The hub: bursts of tasks with short pauses, whatever the agent does.
 	pub := mqttPublisher(t, m.URL())
@@ -59,7 +61,7 @@ func TestMQTTCrashRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	mqtttest.WaitFor(t, 2*time.Minute, fmt.Sprintf("results of all %d tasks", tasks), func() bool {
+	wait.For(t, 2*time.Minute, fmt.Sprintf("results of all %d tasks", tasks), func() bool {
 		return len(mqtttest.Results(t, col, resultsTopic(agentID))) == tasks
 	})
 	ends := map[string]taskEnd{}
@@ -97,7 +99,7 @@ func TestMQTTLongOutage(t *testing.T) {
 				t.Fatalf("task %d: %d %s %v", i, code, body, err)
 			}
 		}
-		mqtttest.WaitFor(t, time.Minute, "the tasks to run", func() bool {
+		wait.For(t, time.Minute, "the tasks to run", func() bool {
 			code, st, _ := getTask(base, agentID, fmt.Sprintf("out-%04d", to-1))
 			return code == 200 && st.Status == "done"
 		})
@@ -112,7 +114,7 @@ func TestMQTTLongOutage(t *testing.T) {
 	}
 
 	m.Start()
-	mqtttest.WaitFor(t, time.Minute, fmt.Sprintf("all %d results", tasks), func() bool {
+	wait.For(t, time.Minute, fmt.Sprintf("all %d results", tasks), func() bool {
 		return len(mqtttest.Results(t, col, resultsTopic(agentID))) == tasks
 	})
 	var last uint64

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -24,23 +26,6 @@ import (
 const mqttDevice = "dev1"
 
 var brokerLineRe = regexp.MustCompile(`embedded broker listening on ([0-9.]+:[0-9]+)`)
-
-// waitLog waits until the child's log contains s.
-func waitLog(t *testing.T, c *child, s string, timeout time.Duration) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !strings.Contains(c.logs(), s) {
-		select {
-		case <-c.done:
-			t.Fatalf("openstarry exited before logging %q: %v\n%s", s, c.err, c.logs())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("openstarry did not log %q within %s\n%s", s, timeout, c.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // runAgentMQTT starts `openstarry run` for agentID on data with extra args
 // and waits until it is subscribed to its task topic.
@@ -55,7 +40,7 @@ func runAgentMQTT(t *testing.T, agentID, data string, extra ...string) *child {
 			device = extra[i+1]
 		}
 	}
-	waitLog(t, c, "subscribed to openstarry/"+device+"/agents/"+agentID+"/tasks", 20*time.Second)
+	c.waitLog("subscribed to openstarry/"+device+"/agents/"+agentID+"/tasks", 20*time.Second)
 	return c
 }
 
@@ -129,7 +114,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		mqtttest.Publish(t, pub, topic, line("dup"))
 		mqtttest.Publish(t, pub, topic, line("dup"))
 
-		mqtttest.WaitFor(t, 20*time.Second, "results of hello, slow, next, dup", func() bool {
+		wait.For(t, 20*time.Second, "results of hello, slow, next, dup", func() bool {
 			rs := mqtttest.Results(t, col, resultsTopic("e2e"))
 			return len(rs["hello"]) > 0 && len(rs["slow"]) > 0 && len(rs["next"]) > 0 && len(rs["dup"]) > 0
 		})
@@ -140,7 +125,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		if len(rs["huge"]) != 0 {
 			t.Errorf("the 1 MiB task ran: %+v", rs["huge"])
 		}
-		mqtttest.WaitFor(t, 10*time.Second, "three dead letters", func() bool {
+		wait.For(t, 10*time.Second, "three dead letters", func() bool {
 			return len(col.Messages("openstarry/"+mqttDevice+"/deadletter")) == 3
 		})
 		codes := map[string]bool{}
@@ -163,7 +148,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		if !found {
 			t.Error("no progress for the slow task")
 		}
-		time.Sleep(200 * time.Millisecond)
+		wait.Settle(t, 200*time.Millisecond, "a second run of the duplicate would have published its result by now")
 		if n := runs(mqtttest.Results(t, col, resultsTopic("e2e"))["dup"]); n != 1 {
 			t.Errorf("the duplicate ran %d times", n)
 		}
@@ -201,7 +186,7 @@ func TestMQTTKillAfterAck(t *testing.T) {
 		mqtttest.Publish(t, pub, tasksTopic("k"), mqttSleepTask("second", 10))
 		base := c.url()
 		// Durable (known to the agent) means acknowledged, or about to be.
-		mqtttest.WaitFor(t, 10*time.Second, "the agent to accept both tasks", func() bool {
+		wait.For(t, 10*time.Second, "the agent to accept both tasks", func() bool {
 			c1, _, _ := getTask(base, "k", "first")
 			c2, _, _ := getTask(base, "k", "second")
 			return c1 == 200 && c2 == 200
@@ -211,11 +196,11 @@ func TestMQTTKillAfterAck(t *testing.T) {
 			t.Fatalf("the task finished before the kill (%d results); make it longer", n)
 		}
 		start()
-		mqtttest.WaitFor(t, 20*time.Second, "both results after the restart", func() bool {
+		wait.For(t, 20*time.Second, "both results after the restart", func() bool {
 			rs := mqtttest.Results(t, col, resultsTopic("k"))
 			return len(rs["first"]) > 0 && len(rs["second"]) > 0
 		})
-		time.Sleep(300 * time.Millisecond)
+		wait.Settle(t, 300*time.Millisecond, "a task run twice would have published its second result by now")
 		for id, rs := range mqtttest.Results(t, col, resultsTopic("k")) {
 			if runs(rs) != 1 || rs[0].Status != "done" {
 				t.Errorf("task %s: %+v", id, rs)
@@ -259,17 +244,36 @@ func TestMQTTBrokerKilled(t *testing.T) {
 	for i := range before {
 		mqtttest.Publish(t, pub, tasksTopic("bk"), mqttSleepTask(fmt.Sprintf("b%02d", i), 60))
 	}
-	mqtttest.WaitFor(t, 15*time.Second, "all tasks durable at the agent", func() bool {
+	wait.For(t, 15*time.Second, "all tasks durable at the agent", func() bool {
 		code, _, _ := getTask(base, "bk", fmt.Sprintf("b%02d", before-1))
 		return code == 200
 	})
+	// Results are produced with no broker: the agent knows the broker is
+	// gone and finishes a task it had not finished at the kill.
+	finished := func() map[string]bool {
+		done := map[string]bool{}
+		for i := range before {
+			id := fmt.Sprintf("b%02d", i)
+			if code, st, _ := getTask(base, "bk", id); code == 200 && st.Status == "done" {
+				done[id] = true
+			}
+		}
+		return done
+	}
 	m.Kill()
-	time.Sleep(time.Second) // results are produced with no broker
+	atKill := finished()
+	wait.For(t, 10*time.Second, "a result produced with no broker", func() bool {
+		if !strings.Contains(c.logs(), "connection to the broker lost") {
+			return false
+		}
+		now := finished()
+		return len(now) > len(atKill) || len(now) == before
+	})
 	m.Start()
 	for i := range after {
 		mqtttest.Publish(t, pub, tasksTopic("bk"), mqttSleepTask(fmt.Sprintf("a%02d", i), 1))
 	}
-	mqtttest.WaitFor(t, 60*time.Second, "every result", func() bool {
+	wait.For(t, 60*time.Second, "every result", func() bool {
 		return len(mqtttest.Results(t, col, resultsTopic("bk"))) == before+after
 	})
 	for id, rs := range mqtttest.Results(t, col, resultsTopic("bk")) {
@@ -284,31 +288,37 @@ func TestMQTTBrokerKilled(t *testing.T) {
 	}
 }
 
+// retainedStatus returns a condition for wait.For: a new subscriber to
+// topic gets, within half a second, a retained message containing every
+// string of want.
+func retainedStatus(t *testing.T, url, topic string, want ...string) func() bool {
+	return func() bool {
+		col := mqtttest.Collect(t, url, fmt.Sprintf("retained-%d", time.Now().UnixNano()), true, topic)
+		defer col.Client.Disconnect(10)
+		return wait.Poll(500*time.Millisecond, func() error {
+			for _, msg := range col.Messages(topic) {
+				all := msg.Retained
+				for _, w := range want {
+					all = all && strings.Contains(string(msg.Payload), w)
+				}
+				if all {
+					return nil
+				}
+			}
+			return errors.New("no such retained message")
+		}) == nil
+	}
+}
+
 // TestMQTTStatusWill: the retained status says online while the agent runs
 // and offline (its last will) after a SIGKILL.
 func TestMQTTStatusWill(t *testing.T) {
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
 	c := runAgentMQTT(t, "st", t.TempDir(), "--broker", m.URL())
 	status := "openstarry/" + mqttDevice + "/status"
-	retained := func(state string) func() bool {
-		return func() bool {
-			col := mqtttest.Collect(t, m.URL(), fmt.Sprintf("st-%d", time.Now().UnixNano()), true, status)
-			defer col.Client.Disconnect(10)
-			deadline := time.Now().Add(500 * time.Millisecond)
-			for time.Now().Before(deadline) {
-				for _, msg := range col.Messages(status) {
-					if msg.Retained && strings.Contains(string(msg.Payload), `"state":"`+state+`"`) {
-						return true
-					}
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
-			return false
-		}
-	}
-	mqtttest.WaitFor(t, 10*time.Second, "retained online status", retained("online"))
+	wait.For(t, 10*time.Second, "retained online status", retainedStatus(t, m.URL(), status, `"state":"online"`))
 	c.kill()
-	mqtttest.WaitFor(t, 10*time.Second, "retained offline status (last will)", retained("offline"))
+	wait.For(t, 10*time.Second, "retained offline status (last will)", retainedStatus(t, m.URL(), status, `"state":"offline"`))
 }
 
 // TestMQTTFleetShared: two agent processes share the fleet subscription;
@@ -319,7 +329,7 @@ func TestMQTTFleetShared(t *testing.T) {
 	c1 := runAgentMQTT(t, "f1", t.TempDir(), "--broker", m.URL())
 	c2 := runAgentMQTT(t, "f2", t.TempDir(), "--broker", m.URL(), "--device", "dev2")
 	for _, c := range []*child{c1, c2} {
-		waitLog(t, c, "subscribed to $share/openstarry/openstarry/fleet/tasks", 10*time.Second)
+		c.waitLog("subscribed to $share/openstarry/openstarry/fleet/tasks", 10*time.Second)
 	}
 	pub := mqttPublisher(t, m.URL())
 	const n = 500
@@ -332,10 +342,10 @@ func TestMQTTFleetShared(t *testing.T) {
 			t.Fatalf("publish: %v", tok.Error())
 		}
 	}
-	mqtttest.WaitFor(t, 60*time.Second, "500 results", func() bool {
+	wait.For(t, 60*time.Second, "500 results", func() bool {
 		return len(mqtttest.Results(t, col, "")) == n
 	})
-	time.Sleep(300 * time.Millisecond)
+	wait.Settle(t, 300*time.Millisecond, "a task run twice would have published its second result by now")
 	per := map[string]int{}
 	for id, rs := range mqtttest.Results(t, col, "") {
 		if runs(rs) != 1 {
@@ -405,7 +415,7 @@ func TestMQTTBadCredentials(t *testing.T) {
 	c := startChildEnv(t, []string{"OPENSTARRY_MQTT_PASSWORD=right-password"}, "run", "--agent", "cred", "--device", mqttDevice,
 		"--listen", "127.0.0.1:0", "--data", data, "--broker", m.URL(), "--mqtt-username", "dev1")
 	c.url()
-	waitLog(t, c, "subscribed to "+tasksTopic("cred"), 10*time.Second)
+	c.waitLog("subscribed to "+tasksTopic("cred"), 10*time.Second)
 }
 
 func TestMQTTBadTLSCA(t *testing.T) {
@@ -425,7 +435,7 @@ func TestMQTTBadTLSCA(t *testing.T) {
 	c := startChild(t, true, "run", "--agent", "tls", "--device", mqttDevice, "--listen", "127.0.0.1:0",
 		"--data", data, "--broker", m.URL(), "--mqtt-ca", good.CA)
 	c.url()
-	waitLog(t, c, "subscribed to "+tasksTopic("tls"), 10*time.Second)
+	c.waitLog("subscribed to "+tasksTopic("tls"), 10*time.Second)
 }
 
 // startChildEnv is startChild with extra environment variables.
@@ -449,13 +459,13 @@ func TestMQTTUnreachableHubIsNotFatal(t *testing.T) {
 	if code, body, err := postTask(context.Background(), base, "late", mqttTask("offline-1", "made while the hub was down")); err != nil || code != 202 {
 		t.Fatalf("HTTP task: %d %s %v", code, body, err)
 	}
-	waitLog(t, c, "broker unreachable", 10*time.Second)
+	c.waitLog("broker unreachable", 10*time.Second)
 	// The hub appears on that port; the result made meanwhile reaches it.
 	m := mqtttest.StartMosquittoOnPort(t, port, mqtttest.Options{})
 	col := mqtttest.Collect(t, m.URL(), "observer-late", false, resultsTopic("late"))
 	_ = col
-	waitLog(t, c, "subscribed to "+tasksTopic("late"), 30*time.Second)
-	mqtttest.WaitFor(t, 30*time.Second, "the held result", func() bool {
+	c.waitLog("subscribed to "+tasksTopic("late"), 30*time.Second)
+	wait.For(t, 30*time.Second, "the held result", func() bool {
 		return len(mqtttest.Results(t, col, resultsTopic("late"))["offline-1"]) > 0
 	})
 }

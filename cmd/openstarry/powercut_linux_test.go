@@ -18,7 +18,9 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/internal/crashseed"
 	"github.com/openstarry/openstarry-edge/internal/powercut"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -120,7 +122,7 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 		select {
 		case a := <-c.addr:
 			c.addr <- a
-			waitLog(t, c, "subscribed to "+tasksTopic(agentID), 20*time.Second)
+			c.waitLog("subscribed to "+tasksTopic(agentID), 20*time.Second)
 			return c, a, true
 		case <-c.done:
 			return c, "", false
@@ -136,11 +138,7 @@ func powerCutRun(t *testing.T, storeURL, hubURL string, cycles int) cutReport {
 // on it (the installer's, made durable before the agent ever runs).
 func newPowerCutData(t *testing.T) (*powercut.FS, string, uint64) {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("OPENSTARRY_POWERCUT_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (OPENSTARRY_POWERCUT_SEED replays the choices of the cuts and of the runner)", seed)
+	seed := crashseed.Seed(t) // the choices of the cuts and of the runner
 	pc := powercut.New(t, seed)
 	data := filepath.Join(pc.Dir(), "data")
 	if err := os.Mkdir(data, 0o700); err != nil {
@@ -258,26 +256,29 @@ func torture(t *testing.T, pc *powercut.FS, seed uint64, tgt tortured, cycles in
 	deadline := time.Now().Add(2 * time.Minute)
 	ends := map[string]taskEnd{}
 	for id := range accepted {
-		for {
-			code, st, err := getTask(base, agentID, id)
+		var code int
+		var st taskState
+		err := wait.Poll(time.Until(deadline), func() error {
+			var err error
+			code, st, err = getTask(base, agentID, id)
 			if err != nil {
 				t.Fatalf("task %s: %v", id, err)
 			}
-			if code == 200 && st.Status != "queued" && st.Status != "running" {
-				ends[id] = taskEnd{st.Status, st.Error}
-				break
+			if code == 200 && (st.Status == "queued" || st.Status == "running") {
+				return errors.New(st.Status)
 			}
-			if code != 200 || time.Now().After(deadline) {
-				r.lost++
-				t.Errorf("acknowledged task %s is lost: %d %s", id, code, st.Status)
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
+			return nil
+		})
+		if code != 200 || err != nil {
+			r.lost++
+			t.Errorf("acknowledged task %s is lost: %d %s", id, code, st.Status)
+			continue
 		}
+		ends[id] = taskEnd{st.Status, st.Error}
 	}
 	if tgt.col != nil {
 		// Every result reached the hub, once per execution.
-		mqtttest.WaitFor(t, time.Minute, "every result at the hub", func() bool {
+		wait.For(t, time.Minute, "every result at the hub", func() bool {
 			return len(mqtttest.Results(t, tgt.col, resultsTopic(agentID))) >= len(accepted)
 		})
 		published := mqtttest.Results(t, tgt.col, resultsTopic(agentID))
@@ -380,7 +381,7 @@ func TestPowerCutFirstTask(t *testing.T) {
 			if err != nil || code != 202 {
 				t.Fatalf("task: %d %s %v", code, body, err)
 			}
-			if st := waitDone(t, c.url(), agentID, "first-task"); st.Status != "done" {
+			if st := waitTask(t, c.url(), agentID, "first-task"); st.Status != "done" {
 				t.Fatalf("the task before the cut: %+v", st)
 			}
 			c.kill()
@@ -429,16 +430,22 @@ func TestPowerCutDaemon(t *testing.T) {
 	}
 	tgt.start = func() (*child, string, bool) {
 		c := startChild(t, false, "start", "--config", cfg)
-		deadline := time.Now().Add(30 * time.Second)
-		for !strings.Contains(c.logs(), "boot complete") {
+		booted := func() bool { return strings.Contains(c.logs(), "boot complete") }
+		if err := wait.Poll(30*time.Second, func() error {
 			select {
 			case <-c.done:
-				return c, "", false
-			case <-time.After(5 * time.Millisecond):
+				return nil
+			default:
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the daemon did not boot\n%s", c.logs())
+			if !booted() {
+				return errors.New("booting")
 			}
+			return nil
+		}); err != nil {
+			t.Fatalf("the daemon did not boot\n%s", c.logs())
+		}
+		if !booted() {
+			return c, "", false // exited before booting
 		}
 		a := waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
 		masterPID = a.PID
@@ -448,13 +455,9 @@ func TestPowerCutDaemon(t *testing.T) {
 	// there, which the runner reads.
 	tgt.kill = func(c *child) {
 		c.kill()
-		deadline := time.Now().Add(10 * time.Second)
-		for masterPID != 0 && !pidGone(masterPID) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the master (pid %d) outlived the daemon", masterPID)
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+		wait.For(t, 10*time.Second, fmt.Sprintf("the master (pid %d) gone with the daemon", masterPID), func() bool {
+			return masterPID == 0 || pidGone(masterPID)
+		})
 	}
 	r := torture(t, pc, seed, tgt, cycles)
 	t.Logf("\n| daemon | cycles | kills | cuts |  tasks | lost | repeated | blank | refused | unknown |\n| master | %6d | %5d | %4d | %6d | %4d | %8d | %5d | %7d | %7d |",
@@ -483,7 +486,7 @@ func TestPowerCutDaemonWorkers(t *testing.T) {
 	w := waitAgent(t, data, "w9", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
 	m := waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning })
 	c.kill()
-	eventually(t, "the agents gone", func() bool { return pidGone(w.PID) && pidGone(m.PID) })
+	wait.For(t, 10*time.Second, "the agents gone", func() bool { return pidGone(w.PID) && pidGone(m.PID) })
 	if _, err := pc.Cut(powercut.Drop); err != nil {
 		t.Fatal(err)
 	}

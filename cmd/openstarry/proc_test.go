@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // binPath is the openstarry binary built once for the tests that run it as
@@ -120,6 +123,29 @@ func (c *child) url() string {
 	return ""
 }
 
+// waitLog waits until the process's log contains s, and fails the test
+// at once if the process exits first.
+func (c *child) waitLog(s string, timeout time.Duration) {
+	c.t.Helper()
+	err := wait.Poll(timeout, func() error {
+		if strings.Contains(c.logs(), s) {
+			return nil
+		}
+		select {
+		case <-c.done:
+			if strings.Contains(c.logs(), s) {
+				return nil
+			}
+			c.t.Fatalf("exited (%v) before logging %q:\n%s", c.err, s, c.logs())
+		default:
+		}
+		return errors.New("not logged")
+	})
+	if err != nil {
+		c.t.Fatalf("no %q within %s:\n%s", s, timeout, c.logs())
+	}
+}
+
 func (c *child) logs() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -181,6 +207,27 @@ func getTask(base, agentID, taskID string) (int, taskState, error) {
 	var st taskState
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	return resp.StatusCode, st, err
+}
+
+// waitTask waits until the task is finished (neither queued nor running)
+// and returns its state.
+func waitTask(t *testing.T, base, agentID, taskID string) taskState {
+	t.Helper()
+	var st taskState
+	wait.Until(t, 30*time.Second, "task "+taskID+" to finish", func() error {
+		code, s, err := getTask(base, agentID, taskID)
+		switch {
+		case err != nil:
+			return err
+		case code != 200:
+			return fmt.Errorf("status %d", code)
+		case s.Status == "queued" || s.Status == "running":
+			return errors.New(s.Status)
+		}
+		st = s
+		return nil
+	})
+	return st
 }
 
 func appendTask(id, file string) []byte {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -22,12 +23,12 @@ func TestMQTTThroughProxy(t *testing.T) {
 	col := mqtttest.Collect(t, m.URL(), "observer-proxy", true, resultsTopic("px"))
 	c := startChildEnv(t, []string{"ALL_PROXY=socks5://" + addr, "NO_PROXY="},
 		"run", "--agent", "px", "--device", mqttDevice, "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--broker", m.URL())
-	waitLog(t, c, "subscribed to "+tasksTopic("px"), 20*time.Second)
+	c.waitLog("subscribed to "+tasksTopic("px"), 20*time.Second)
 	if tunnels.Load() == 0 {
 		t.Fatal("the agent connected without the proxy")
 	}
 	mqtttest.Publish(t, mqttPublisher(t, m.URL()), tasksTopic("px"), mqttTask("via-proxy", "through"))
-	mqtttest.WaitFor(t, 10*time.Second, "the result", func() bool {
+	wait.For(t, 10*time.Second, "the result", func() bool {
 		return len(mqtttest.Results(t, col, resultsTopic("px"))["via-proxy"]) > 0
 	})
 }

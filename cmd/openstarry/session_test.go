@@ -17,6 +17,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/session"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // api calls the daemon's HTTP API and returns the status and body.
@@ -70,18 +71,6 @@ func taskStatus(v session.ProjectView, id string) session.PlanTask {
 		}
 	}
 	return session.PlanTask{}
-}
-
-func waitUntil(t *testing.T, what string, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("timed out after %s waiting for %s", timeout, what)
 }
 
 // ledgerTask is a task whose agent appends its name to ledger.txt (the
@@ -167,7 +156,7 @@ func testSessionResume(t *testing.T, via string) {
 
 	// The gate: the review task waits until a person approves.
 	var aps []session.Approval
-	waitUntil(t, "the approval request", 20*time.Second, func() bool {
+	wait.For(t, 20*time.Second, "the approval request", func() bool {
 		apiInto(t, "GET", base+"/projects/"+v.ID+"/approvals?status=pending", nil, 200, &aps)
 		return len(aps) == 1
 	})
@@ -180,16 +169,19 @@ func testSessionResume(t *testing.T, via string) {
 	apiInto(t, "POST", fmt.Sprintf("%s/approvals/%d", base, aps[0].ID), map[string]string{"decision": "approve", "feedback": "the second idea"}, 200, nil)
 
 	// Phase 2: kill the master while task_p2_code_002 sleeps.
-	waitUntil(t, "task_p2_code_002 in progress", 30*time.Second, func() bool {
+	wait.For(t, 30*time.Second, "task_p2_code_002 in progress", func() bool {
 		return taskStatus(project(t, base, v.ID), "task_p2_code_002").Status == session.TaskInProgress
 	})
-	time.Sleep(300 * time.Millisecond)
+	wait.For(t, 10*time.Second, "the master running task_p2_code_002 (inside its 3 s sleep)", func() bool {
+		code, st, err := getTask(base, "master", "task_p2_code_002")
+		return err == nil && code == 200 && st.Status == "running"
+	})
 	m, _ := agentInfo(daemonStatus(t, data), "master")
 	if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var sess session.Session
-	waitUntil(t, "the session interrupted", 20*time.Second, func() bool {
+	wait.For(t, 20*time.Second, "the session interrupted", func() bool {
 		var ss []session.Session
 		apiInto(t, "GET", base+"/projects/"+v.ID+"/sessions", nil, 200, &ss)
 		sess = ss[0]
@@ -219,7 +211,7 @@ func testSessionResume(t *testing.T, via string) {
 	if code, body := api(t, "POST", base+"/projects/"+v.ID+"/sessions/"+v.SessionID+"/resume", nil); code != 409 || !strings.Contains(string(body), `"code":"conflict"`) {
 		t.Fatalf("second resume: %d %s", code, body)
 	}
-	waitUntil(t, "the child session completed", 30*time.Second, func() bool {
+	wait.For(t, 30*time.Second, "the child session completed", func() bool {
 		p := project(t, base, v.ID)
 		return p.SessionID == child && p.Status == session.SessionCompleted
 	})
@@ -293,7 +285,7 @@ func TestSessionApprovals(t *testing.T) {
 	pending := func() session.Approval {
 		t.Helper()
 		var aps []session.Approval
-		waitUntil(t, "a pending approval", 20*time.Second, func() bool {
+		wait.For(t, 20*time.Second, "a pending approval", func() bool {
 			apiInto(t, "GET", base+"/projects/"+v.ID+"/approvals?status=pending", nil, 200, &aps)
 			return len(aps) == 1
 		})
@@ -378,7 +370,7 @@ func TestSessionFiles(t *testing.T) {
 	}}
 	var v session.ProjectView
 	apiInto(t, "POST", base+"/projects", plan, 201, &v)
-	waitUntil(t, "the gate", 20*time.Second, func() bool {
+	wait.For(t, 20*time.Second, "the gate", func() bool {
 		return taskStatus(project(t, base, v.ID), "task_p1_b_001").State == session.WaitingForApproval
 	})
 	// The files as the seed lays them out, 0600 in 0700 directories.
@@ -401,7 +393,7 @@ func TestSessionFiles(t *testing.T) {
 		t.Fatalf("checkpoint %+v %v", cp, err)
 	}
 	// The periodic checkpoint (300ms here) rewrites it while nothing else happens.
-	waitUntil(t, "a periodic checkpoint", 10*time.Second, func() bool {
+	wait.For(t, 10*time.Second, "a periodic checkpoint", func() bool {
 		cp2, err := session.DecodeCheckpoint(mustReadFile(t, filepath.Join(sdir, "state_checkpoint.json")))
 		return err == nil && cp2.Timestamp.After(cp.Timestamp)
 	})

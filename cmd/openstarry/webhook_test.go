@@ -90,7 +90,7 @@ func TestWebhookListener(t *testing.T) {
 		t.Fatalf("tampered body: %d", code)
 	}
 
-	st := waitDone(t, base, "hook", "forge-d-1")
+	st := waitTask(t, base, "hook", "forge-d-1")
 	var out struct {
 		Source  string          `json:"source"`
 		Event   string          `json:"event"`
@@ -104,13 +104,7 @@ func TestWebhookListener(t *testing.T) {
 			t.Fatalf("refused delivery %s was queued (%d)", id, code)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(c.logs(), "bad or missing signature") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no log line for the refused delivery:\n%s", c.logs())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c.waitLog("bad or missing signature", 5*time.Second) // the refused delivery's log line
 
 	// Without its secret the agent does not start: one clear line.
 	t.Setenv("FORGE_SECRET", "")

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,8 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // TestWebUIAgents: the agents page of the real daemon in a real browser
@@ -296,15 +299,16 @@ type uiProject struct {
 func waitProject(t *testing.T, base, id string, what string, cond func(uiProject) bool, logs func() string) uiProject {
 	t.Helper()
 	var p uiProject
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	if err := wait.Poll(30*time.Second, func() error {
+		p = uiProject{}
 		callJSON(t, "GET", base+"/projects/"+id, nil, 200, &p)
-		if cond(p) {
-			return p
+		if !cond(p) {
+			return errors.New("not yet")
 		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("project %s: %s: not within 30 s; last %+v\n%s", id, what, p, logs())
 	}
-	t.Fatalf("project %s: %s: not within 30 s; last %+v\n%s", id, what, p, logs())
 	return p
 }
 
@@ -344,7 +348,7 @@ func TestWebUISessions(t *testing.T) {
 	d.kill()
 	// The master dies with the daemon (Pdeathsig), but not at once: the
 	// next daemon's master would find its store still locked.
-	eventually(t, "the killed daemon's master gone", func() bool { return pidGone(master.PID) })
+	wait.For(t, 10*time.Second, "the killed daemon's master gone", func() bool { return pidGone(master.PID) })
 	d = startDaemon(t, cfg)
 	base = d.url()
 	p := waitProject(t, base, interrupted.ID, "interrupted", func(p uiProject) bool { return p.Status == "interrupted" }, d.logs)

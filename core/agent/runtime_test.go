@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
 	_ "github.com/openstarry/openstarry-edge/core/tool"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // jsonStore keeps snapshots as contract JSON in memory, so every Load sees
@@ -110,21 +111,23 @@ func submit(t *testing.T, rt *agent.Runtime, id string, input any) agent.SubmitR
 	return rt.Submit(context.Background(), ev)
 }
 
-func wait(t *testing.T, rt *agent.Runtime, id string) agent.TaskState {
+func waitTask(t *testing.T, rt *agent.Runtime, id string) agent.TaskState {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		st, ok, err := rt.TaskState(context.Background(), id)
-		if err != nil {
+	var st agent.TaskState
+	wait.Until(t, 10*time.Second, "task "+id+" to finish", func() error {
+		s, ok, err := rt.TaskState(context.Background(), id)
+		switch {
+		case err != nil:
 			t.Fatal(err)
+		case !ok:
+			return errors.New("unknown")
+		case s.Status == agent.TaskQueued || s.Status == agent.TaskRunning:
+			return errors.New(s.Status)
 		}
-		if ok && st.Status != agent.TaskQueued && st.Status != agent.TaskRunning {
-			return st
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Fatalf("task %s did not finish", id)
-	return agent.TaskState{}
+		st = s
+		return nil
+	})
+	return st
 }
 
 func appendCall(file, line string) map[string]any {
@@ -137,7 +140,7 @@ func TestEchoString(t *testing.T) {
 	if res := submit(t, rt, "t1", "hello"); res.Err != nil || res.Duplicate || res.State.Status != agent.TaskQueued {
 		t.Fatalf("submit: %+v", res)
 	}
-	st := wait(t, rt, "t1")
+	st := waitTask(t, rt, "t1")
 	if st.Status != agent.ResultDone || string(st.Output) != `"hello"` || st.TickIndex != 1 {
 		t.Fatalf("state = %+v", st)
 	}
@@ -155,7 +158,7 @@ func TestDuplicateRunsOnce(t *testing.T) {
 	if !dup.Duplicate {
 		t.Fatalf("second submit not a duplicate: %+v", dup)
 	}
-	wait(t, rt, "t1")
+	waitTask(t, rt, "t1")
 	again := submit(t, rt, "t1", appendCall("log.txt", "t1"))
 	if !again.Duplicate || again.State.Status != agent.ResultDone {
 		t.Fatalf("submit after done: %+v", again)
@@ -178,7 +181,7 @@ func TestPendingActionBecomesUnknownOutcome(t *testing.T) {
 	}
 	rt := e.start()
 	submit(t, rt, "t1", appendCall("log.txt", "t1"))
-	wait(t, rt, "t1")
+	waitTask(t, rt, "t1")
 	_ = rt.Stop(context.Background())
 	if crashed == nil {
 		t.Fatal("no save carried a pending_action before the tool ran")
@@ -192,7 +195,7 @@ func TestPendingActionBecomesUnknownOutcome(t *testing.T) {
 	}
 	e.cfg.AfterSave = nil
 	rt2 := e.start()
-	st := wait(t, rt2, "t1")
+	st := waitTask(t, rt2, "t1")
 	if st.Status != agent.ResultUnknownOutcome || !strings.Contains(st.Error, "file_append") {
 		t.Fatalf("state after crash = %+v", st)
 	}
@@ -226,7 +229,7 @@ func TestQueuedEventsSurviveRestart(t *testing.T) {
 	e2.cfg.Store = e.store
 	rt2 := e2.start()
 	for i := 0; i < 3; i++ {
-		if st := wait(t, rt2, fmt.Sprint("t", i)); st.Status != agent.ResultDone {
+		if st := waitTask(t, rt2, fmt.Sprint("t", i)); st.Status != agent.ResultDone {
 			t.Fatalf("t%d = %+v", i, st)
 		}
 	}
@@ -247,7 +250,7 @@ func TestContextBudget(t *testing.T) {
 	for i := 0; i < 5; i++ {
 		submit(t, rt, fmt.Sprint("t", i), fmt.Sprint("message ", i))
 	}
-	wait(t, rt, "t4")
+	waitTask(t, rt, "t4")
 	s, _ := rt.Snapshot(context.Background())
 	h := s.Memory.ShortTermHistory
 	if len(h) != 4 || h[len(h)-1].Content != "message 4" || s.HistorySeq != 6 {
@@ -311,7 +314,7 @@ func TestStopSavesStopped(t *testing.T) {
 	e := newEnv(t)
 	rt := e.start()
 	submit(t, rt, "t1", "x")
-	wait(t, rt, "t1")
+	waitTask(t, rt, "t1")
 	if err := rt.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +351,7 @@ func TestTaskOutcomes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprint("c", i)
 			submit(t, rt, id, tc.input)
-			st := wait(t, rt, id)
+			st := waitTask(t, rt, id)
 			if st.Status != tc.status || !tc.check(st) {
 				t.Fatalf("state = %+v", st)
 			}
@@ -356,7 +359,7 @@ func TestTaskOutcomes(t *testing.T) {
 	}
 	ev, _ := agent.TaskEvent(&agent.Task{TaskID: "late", Input: json.RawMessage(`"x"`), Deadline: "2001-01-01T00:00:00Z"}, "test", 1)
 	rt.Submit(context.Background(), ev)
-	if st := wait(t, rt, "late"); st.Status != agent.ResultFailed || !strings.Contains(st.Error, "deadline") {
+	if st := waitTask(t, rt, "late"); st.Status != agent.ResultFailed || !strings.Contains(st.Error, "deadline") {
 		t.Fatalf("late = %+v", st)
 	}
 }
@@ -365,7 +368,7 @@ func TestResultSeqStartsAtOne(t *testing.T) {
 	e := newEnv(t)
 	rt := e.start()
 	submit(t, rt, "t1", "x")
-	wait(t, rt, "t1")
+	waitTask(t, rt, "t1")
 	s := e.store.stored(t, "a1")
 	if s.NextResultSeq != 2 {
 		t.Fatalf("next_result_seq = %d after one result, want 2 (the first result is seq 1)", s.NextResultSeq)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // modelBrain answers like a model: at step 0 it calls tools, later it
@@ -60,7 +61,7 @@ func crashAt(t *testing.T, e *env, pick func(*agent.Snapshot) bool) *agent.Snaps
 	}
 	rt := e.start()
 	submit(t, rt, "t1", "do it")
-	wait(t, rt, "t1")
+	waitTask(t, rt, "t1")
 	if err := rt.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +95,7 @@ func TestReplySavedBeforeToolsRun(t *testing.T) {
 	b2 := &modelBrain{calls: modelCalls()}
 	e.cfg.Brain = b2
 	rt := e.start()
-	st := wait(t, rt, "t1")
+	st := waitTask(t, rt, "t1")
 	if st.Status != agent.ResultDone {
 		t.Fatalf("state = %+v", st)
 	}
@@ -128,7 +129,7 @@ func TestUnknownOutcomeToldToModel(t *testing.T) {
 	b2 := &modelBrain{calls: modelCalls()}
 	e.cfg.Brain = b2
 	rt := e.start()
-	st := wait(t, rt, "t1")
+	st := waitTask(t, rt, "t1")
 	if st.Status != agent.ResultDone {
 		t.Fatalf("state = %+v", st)
 	}
@@ -161,7 +162,7 @@ func TestUnknownOutcomeEndsTask(t *testing.T) {
 			b2 := &modelBrain{calls: modelCalls()}
 			e.cfg.Brain = b2
 			rt := e.start()
-			st := wait(t, rt, "t1")
+			st := waitTask(t, rt, "t1")
 			if st.Status != agent.ResultUnknownOutcome || len(b2.steps()) != 0 {
 				t.Fatalf("state = %+v, brain asked at %v", st, b2.steps())
 			}
@@ -193,15 +194,11 @@ func TestUnreachableBrainWaits(t *testing.T) {
 	if res := submit(t, rt, "t2", "second"); res.Err != nil {
 		t.Fatalf("submit while waiting: %v", res.Err)
 	}
-	for {
+	wait.For(t, 10*time.Second, "three attempts", func() bool {
 		mu.Lock()
-		n := attempts
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+		defer mu.Unlock()
+		return attempts >= 3
+	})
 	if st, _, _ := rt.TaskState(context.Background(), "t1"); st.Status != agent.TaskRunning {
 		t.Fatalf("t1 = %+v", st)
 	}
@@ -217,7 +214,7 @@ func TestUnreachableBrainWaits(t *testing.T) {
 	mu.Unlock()
 	rt2 := e.start()
 	for _, id := range []string{"t1", "t2"} {
-		if st := wait(t, rt2, id); st.Status != agent.ResultDone {
+		if st := waitTask(t, rt2, id); st.Status != agent.ResultDone {
 			t.Fatalf("%s = %+v", id, st)
 		}
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 func TestBoot(t *testing.T) {
@@ -172,7 +173,7 @@ func TestCrashloop(t *testing.T) {
 		t.Fatalf("crashloop shows pid %d addr %q", info.PID, info.Addr)
 	}
 	n := len(e.l.eventsCopy())
-	time.Sleep(50 * time.Millisecond)
+	wait.Settle(t, 50*time.Millisecond, "a restart would have been launched by now (the backoff is at most 20 ms)")
 	if len(e.l.eventsCopy()) != n {
 		t.Fatal("an agent in crashloop was restarted")
 	}
@@ -206,7 +207,7 @@ func TestCrashAfterRunning(t *testing.T) {
 	e.l.mu.Lock()
 	e.l.live[m.info().PID].exit(errors.New("signal: killed"), -1, "")
 	e.l.mu.Unlock()
-	eventually(t, "restart", func() bool { i := m.info(); return i.State == control.StateRunning && i.Restarts == 1 })
+	wait.For(t, 10*time.Second, "restart", func() bool { i := m.info(); return i.State == control.StateRunning && i.Restarts == 1 })
 	if !strings.Contains(m.info().LastError, "killed") {
 		t.Fatalf("%+v", m.info())
 	}
@@ -283,7 +284,7 @@ func TestWorkers(t *testing.T) {
 		sr.ResultTaskID != "worker_result:w1:job-1" {
 		t.Fatalf("%+v", sr)
 	}
-	eventually(t, "the worker_result at the master", func() bool { _, ok := e.agents.task("master", sr.ResultTaskID); return ok })
+	wait.For(t, 10*time.Second, "the worker_result at the master", func() bool { _, ok := e.agents.task("master", sr.ResultTaskID); return ok })
 	got, _ := e.agents.task("master", sr.ResultTaskID)
 	var wr WorkerResult
 	if err := json.Unmarshal(got.Input, &wr); err != nil {
@@ -292,7 +293,7 @@ func TestWorkers(t *testing.T) {
 	if got.Type != WorkerResultType || wr.Worker != "w1" || wr.TaskID != "job-1" || wr.Status != agent.ResultDone || string(wr.Output) != `"hello"` {
 		t.Fatalf("worker result %+v %s", got, got.Input)
 	}
-	eventually(t, "handoff forgotten", func() bool { return len(e.d.reg.snapshot().Handoffs) == 0 })
+	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e.d.reg.snapshot().Handoffs) == 0 })
 
 	for _, tc := range []struct {
 		name      string
@@ -361,7 +362,7 @@ func TestWorkerFailureAndTaskID(t *testing.T) {
 	if !strings.HasPrefix(sr.TaskID, "t-") {
 		t.Fatalf("%+v", sr)
 	}
-	eventually(t, "failed result", func() bool { _, ok := e.agents.task("master", sr.ResultTaskID); return ok })
+	wait.For(t, 10*time.Second, "failed result", func() bool { _, ok := e.agents.task("master", sr.ResultTaskID); return ok })
 	got, _ := e.agents.task("master", sr.ResultTaskID)
 	if !strings.Contains(string(got.Input), `"status":"failed"`) || !strings.Contains(string(got.Input), "it broke") {
 		t.Fatalf("%s", got.Input)
@@ -379,7 +380,7 @@ func TestWorkersRestored(t *testing.T) {
 		_, _ = e.client.Manage(context.Background(), "master", control.AgentRequest{Action: "spawn", Template: "worker", AgentID: "w3",
 			Task: json.RawMessage(`{"task_id":"r1","input":"again"}`)})
 	}()
-	eventually(t, "registered", func() bool { return len(e.d.reg.snapshot().Handoffs) == 1 })
+	wait.For(t, 10*time.Second, "registered", func() bool { return len(e.d.reg.snapshot().Handoffs) == 1 })
 	e.stop()
 	if e.l.liveCount() != 0 {
 		t.Fatal("processes left after shutdown")
@@ -390,8 +391,8 @@ func TestWorkersRestored(t *testing.T) {
 	}
 	e2 := startEnv(t, cfg, res, nil)
 	e2.waitState("w3", control.StateRunning)
-	eventually(t, "resumed result", func() bool { _, ok := e2.agents.task("master", "worker_result:w3:r1"); return ok })
-	eventually(t, "handoff forgotten", func() bool { return len(e2.d.reg.snapshot().Handoffs) == 0 })
+	wait.For(t, 10*time.Second, "resumed result", func() bool { _, ok := e2.agents.task("master", "worker_result:w3:r1"); return ok })
+	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e2.d.reg.snapshot().Handoffs) == 0 })
 }
 
 // TestShutdownOrder: the last started stops first; the master last.

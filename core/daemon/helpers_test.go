@@ -24,6 +24,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // memStore is a Lister store for the interruption scan, registered as
@@ -383,33 +384,24 @@ func (e *testEnv) stop() {
 // waitState waits until agent id is in state.
 func (e *testEnv) waitState(id, state string) control.AgentInfo {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
+	var info control.AgentInfo
+	if err := wait.Poll(10*time.Second, func() error {
+		m := e.d.member(id)
+		if m == nil {
+			return errors.New("no such member")
+		}
+		if info = m.info(); info.State != state {
+			return errors.New(info.State)
+		}
+		return nil
+	}); err != nil {
+		var got string
 		if m := e.d.member(id); m != nil {
-			if info := m.info(); info.State == state {
-				return info
-			}
+			got = fmt.Sprintf("%+v", m.info())
 		}
-		time.Sleep(2 * time.Millisecond)
+		e.t.Fatalf("agent %s never reached %s (now %s)", id, state, got)
 	}
-	var got string
-	if m := e.d.member(id); m != nil {
-		got = fmt.Sprintf("%+v", m.info())
-	}
-	e.t.Fatalf("agent %s never reached %s (now %s)", id, state, got)
-	return control.AgentInfo{}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
+	return info
 }
 
 func readFile(t *testing.T, parts ...string) string {

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // serve runs h on a loopback listener with limits l until the test ends.
@@ -247,13 +249,12 @@ func TestConnectionCap(t *testing.T) {
 	// refuses one (bounded).
 	var code int
 	var body []byte
-	for i := 0; i < 50; i++ {
-		if code, body = get(); code == 503 {
-			break
+	if wait.Poll(5*time.Second, func() error {
+		if code, body = get(); code != 503 {
+			return errors.New("not refused")
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if code != 503 {
+		return nil
+	}) != nil {
 		t.Fatalf("over the cap: %d %q", code, body)
 	}
 	oneLineError(t, body, CodeBusy)
@@ -267,15 +268,12 @@ func TestConnectionCap(t *testing.T) {
 			t.Fatalf("an idle connection was not closed: %v", err)
 		}
 	}
-	ok := false
-	for i := 0; i < 100 && !ok; i++ {
-		code, _ = get()
-		ok = code == 200
-		if !ok {
-			time.Sleep(10 * time.Millisecond)
+	if wait.Poll(5*time.Second, func() error {
+		if code, _ = get(); code != 200 {
+			return errors.New("refused")
 		}
-	}
-	if !ok {
+		return nil
+	}) != nil {
 		t.Fatal("the cap was not freed by closed connections")
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // TestDecidedBy: a decision records who took it — the decided_by of the
@@ -32,7 +35,7 @@ func TestDecidedBy(t *testing.T) {
 		t.Fatal(err)
 	}
 	var aps []Approval
-	waitFor(t, "four approvals", func() bool {
+	wait.For(t, 10*time.Second, "four approvals", func() bool {
 		aps, _ = m.Approvals(ctx, v.ID, ApprovalPending)
 		return len(aps) == 4
 	})

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // agentsFake stands in for the agent processes at this level (the tests of
@@ -101,18 +103,6 @@ const sixTasks = `{"name":"demo","tasks":[
 	{"phase":2,"type":"code","input":"e","depends_on":[3]},
 	{"phase":2,"type":"test","input":"f","depends_on":["task_p2_code_002"]}]}`
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if cond() {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func taskOf(t *testing.T, m *Manager, p, id string) PlanTask {
 	t.Helper()
 	ts, err := m.store.Tasks(context.Background(), p)
@@ -145,7 +135,7 @@ func TestPlanWithApprovalGate(t *testing.T) {
 		t.Fatalf("project %+v", v)
 	}
 	var ap Approval
-	waitFor(t, "the approval gate", func() bool {
+	wait.For(t, 10*time.Second, "the approval gate", func() bool {
 		aps, _ := m.Approvals(ctx, v.ID, ApprovalPending)
 		if len(aps) == 1 {
 			ap = aps[0]
@@ -165,7 +155,7 @@ func TestPlanWithApprovalGate(t *testing.T) {
 	if _, err := m.Decide(ctx, ap.ID, ApprovalApproved, ""); !errors.Is(err, ErrConflict) {
 		t.Fatalf("second decision: %v", err)
 	}
-	waitFor(t, "the revised run's approval", func() bool {
+	wait.For(t, 10*time.Second, "the revised run's approval", func() bool {
 		aps, _ := m.Approvals(ctx, v.ID, ApprovalPending)
 		if len(aps) == 1 {
 			ap = aps[0]
@@ -181,7 +171,7 @@ func TestPlanWithApprovalGate(t *testing.T) {
 	if _, err := m.Decide(ctx, ap.ID, ApprovalApproved, "good"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the session's end in its checkpoint", func() bool {
+	wait.For(t, 10*time.Second, "the session's end in its checkpoint", func() bool {
 		cp, err := DecodeCheckpoint(mustRead(t, m.lay.Checkpoint(v.ID, v.SessionID)))
 		return err == nil && cp.Session.Status == SessionCompleted
 	})
@@ -239,7 +229,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the error interruption", func() bool {
+	wait.For(t, 10*time.Second, "the error interruption", func() bool {
 		s, _ := m.store.Session(ctx, v.SessionID)
 		return s.Status == SessionInterrupted && s.InterruptionReason == ReasonError
 	})
@@ -271,7 +261,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 		rc.InterruptionReason != ReasonError || rc.ParentSessionID != v.SessionID {
 		t.Fatalf("resume context %s %v", res.ResumeContext, err)
 	}
-	waitFor(t, "the child's end", func() bool {
+	wait.For(t, 10*time.Second, "the child's end", func() bool {
 		s, _ := m.store.Session(ctx, res.Session.ID)
 		return s.Status == SessionCompleted
 	})
@@ -297,7 +287,7 @@ func TestScanAndCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the crash interruption", func() bool {
+	wait.For(t, 10*time.Second, "the crash interruption", func() bool {
 		s, _ := m.store.Session(ctx, v.SessionID)
 		return s.Status == SessionInterrupted && s.InterruptionReason == ReasonCrash
 	})
@@ -331,7 +321,7 @@ func TestRebuildAndDamagedFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
+	wait.For(t, 10*time.Second, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
 	if _, err := m.RecordApproach(ctx, &ApproachRecord{ProjectID: v.ID, SessionID: v.SessionID, Kind: ApproachVerified,
 		Approach: Approach{ID: "approach_001", Description: "three ideas"}}); err != nil {
 		t.Fatal(err)
@@ -406,11 +396,11 @@ func TestCheckpointInterval(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
+	wait.For(t, 10*time.Second, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
 	path := m.lay.Checkpoint(v.ID, v.SessionID)
 	first, _ := DecodeCheckpoint(mustRead(t, path))
 	// Nothing happens while the task waits: only the interval writes.
-	waitFor(t, "a periodic checkpoint", func() bool {
+	wait.For(t, 10*time.Second, "a periodic checkpoint", func() bool {
 		cp, err := DecodeCheckpoint(mustRead(t, path))
 		return err == nil && cp.Timestamp.After(first.Timestamp)
 	})
@@ -474,7 +464,7 @@ func TestAPIErrors(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
+	wait.For(t, 10*time.Second, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
 	aps, _ := m.Approvals(ctx, v.ID, ApprovalPending)
 	for _, want := range []int{200, 409} {
 		r := httptest.NewRequest("POST", "/approvals/"+itoa(int(aps[0].ID)), strings.NewReader(`{"decision":"approve","feedback":"ok"}`))

@@ -15,6 +15,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // FS is one mounted power-cut simulator. Its methods are safe for
@@ -117,16 +119,8 @@ func (f *FS) unmount() error {
 	if f.server == nil {
 		return nil
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		err := f.server.Unmount()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("unmount %s: %w", f.mnt, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := wait.Poll(10*time.Second, f.server.Unmount); err != nil {
+		return fmt.Errorf("unmount %s: %w", f.mnt, err)
 	}
 	f.server = nil
 	return nil

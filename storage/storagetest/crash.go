@@ -14,6 +14,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/crashseed"
 )
 
 // CrashHarness adapts one backend to RunCrash.
@@ -56,7 +57,8 @@ const crashRounds = 12
 // a child process that runs the calling test, which, seeing itself a child,
 // opens the store and saves tick after tick of one agent, printing "acked N"
 // once Save of tick N returned. The test kills the child with SIGKILL at a
-// random moment (after 5 to 64 acknowledgements, then 0 to 3 ms), with no
+// random moment (after 5 to 64 acknowledgements, then 0 to 3 ms; the seed
+// of these choices is printed, and -crash.seed replays it), with no
 // deferred code and no Close; then the store must open, and load the last
 // acknowledged tick or the one in flight, exactly as it was saved. It does
 // so 12 times on the same store, each child going on from the tick it
@@ -86,7 +88,7 @@ func RunCrash(t *testing.T, h CrashHarness) {
 		t.Skip("kills child processes")
 	}
 	dir := t.TempDir()
-	rng := rand.New(rand.NewPCG(7, 7))
+	rng := rand.New(rand.NewPCG(crashseed.Seed(t), 7))
 	for round := 0; round < crashRounds; round++ {
 		acked := crashRound(t, round, dir, rng)
 

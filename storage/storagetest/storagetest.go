@@ -945,34 +945,17 @@ func testRandomDamage(t *testing.T, h Harness) {
 	counts := map[string]int{}
 	for i := 0; i < 40; i++ {
 		cp := t.TempDir()
-		copyDir(t, dir, cp)
+		CopyDir(t, dir, cp)
 		rel, err := filepath.Rel(dir, files[rng.IntN(len(files))])
 		if err != nil {
 			t.Fatal(err)
 		}
 		path := filepath.Join(cp, rel)
-		b, err := os.ReadFile(path)
-		if err != nil || len(b) == 0 {
+		fi, err := os.Stat(path)
+		if err != nil || fi.Size() == 0 {
 			continue
 		}
-		var what string
-		switch rng.IntN(3) {
-		case 0:
-			off := rng.IntN(len(b))
-			b[off] ^= 1 << rng.IntN(8)
-			what = fmt.Sprintf("bit flipped at %d", off)
-		case 1:
-			n := rng.IntN(len(b))
-			b = b[:n]
-			what = fmt.Sprintf("cut to %d bytes", n)
-		default:
-			p := rng.IntN((len(b) + 4095) / 4096)
-			clear(b[p*4096 : min((p+1)*4096, len(b))])
-			what = fmt.Sprintf("page %d zeroed", p)
-		}
-		if err := os.WriteFile(path, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		what := DamageFile(t, path, fi.Size(), []Damage{BitFlip, Truncation, ZeroedPage}[rng.IntN(3)], rng)
 		func() {
 			defer func() {
 				if r := recover(); r != nil {
@@ -1008,27 +991,4 @@ func testRandomDamage(t *testing.T, h Harness) {
 		}()
 	}
 	t.Logf("newest %d, previous %d, refused %d", counts["newest"], counts["previous"], counts["refused"])
-}
-
-// copyDir copies the files of src, recursively, into dst.
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(src, p)
-		out := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(out, 0o700)
-		}
-		data, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(out, data, 0o600)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -193,19 +194,18 @@ func TestBrokerRefusalLogged(t *testing.T) {
 	if r := connect(t, b.URL(), "wrong", "dev1", "nope", true, nil); r.err == nil {
 		t.Fatal("wrong password accepted")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var logs string
+	if wait.Poll(5*time.Second, func() error {
 		mu.Lock()
-		logs := buf.String()
+		logs = buf.String()
 		mu.Unlock()
 		if strings.Contains(logs, `"level":"warn"`) && strings.Contains(logs, "refused client: bad user name or password") &&
 			strings.Contains(logs, `"username":"dev1"`) {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning for the refused client at info level:\n%s", logs)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return errors.New("not logged")
+	}) != nil {
+		t.Fatalf("no warning for the refused client at info level:\n%s", logs)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -3,6 +3,7 @@ package httpapi_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -16,6 +17,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/httpx"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
 )
@@ -90,17 +92,13 @@ func TestTaskAPI(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	wait.Until(t, 5*time.Second, "t1 done", func() error {
 		status, body := do(t, h, "GET", "/agents/a1/tasks/t1", "", "", "")
 		if status == 200 && body["status"] == "done" && body["output"] == "hi" {
-			break
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("t1 = %d %v", status, body)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return fmt.Errorf("t1 = %d %v", status, body)
+	})
 	status, body := do(t, h, "GET", "/agents/a1/snapshot", "", "", "")
 	if status != 200 || body["agent_id"] != "a1" || body["tick_index"].(float64) < 1 {
 		t.Fatalf("snapshot = %d %v", status, body)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,7 +19,9 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
+	"github.com/openstarry/openstarry-edge/storage/storagetest"
 	"github.com/openstarry/openstarry-edge/transport/llm"
 	"github.com/openstarry/openstarry-edge/transport/llm/llmtest"
 )
@@ -33,7 +36,10 @@ type rig struct {
 	rt    *agent.Runtime
 	tmpl  *design.Template
 	a     host.Agent
+	log   storagetest.LogBuffer // what the agent logged, across restarts
 }
+
+func (r *rig) logs() string { return r.log.String() }
 
 func template(baseURL string) *design.Template {
 	return &design.Template{Name: "model", Version: "1.0.0", Role: design.RoleWorker,
@@ -61,7 +67,7 @@ func (r *rig) open() {
 			RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}
 	}
 	r.a.Store = st
-	r.a.Log = zerolog.New(zerolog.NewTestWriter(r.t))
+	r.a.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(r.t), &r.log))
 	rt, err := host.Start(context.Background(), r.a)
 	if err != nil {
 		r.t.Fatal(err)
@@ -95,19 +101,21 @@ func (r *rig) submit(id string, input any) {
 
 func (r *rig) wait(id string) agent.TaskState {
 	r.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
-		st, ok, err := r.rt.TaskState(context.Background(), id)
-		if err != nil {
+	var st agent.TaskState
+	wait.Until(r.t, 20*time.Second, "task "+id+" to finish", func() error {
+		s, ok, err := r.rt.TaskState(context.Background(), id)
+		switch {
+		case err != nil:
 			r.t.Fatal(err)
+		case !ok:
+			return errors.New("unknown")
+		case !s.Final():
+			return errors.New(s.Status)
 		}
-		if ok && st.Status != agent.TaskQueued && st.Status != agent.TaskRunning {
-			return st
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	r.t.Fatalf("task %s did not finish", id)
-	return agent.TaskState{}
+		st = s
+		return nil
+	})
+	return st
 }
 
 func (r *rig) snapshot() *agent.Snapshot {
@@ -279,7 +287,9 @@ func TestUnreachableServerWaits(t *testing.T) {
 	ln.Close() // nothing listens there now
 	r := newRig(t, template("http://"+addr+"/v1"))
 	r.submit("t1", "first")
-	time.Sleep(150 * time.Millisecond)
+	wait.For(t, 10*time.Second, "the agent to log that the model server is unreachable", func() bool {
+		return strings.Contains(r.logs(), "model server unreachable")
+	})
 	r.submit("t2", "second") // accepted while t1 waits
 	if st, _, _ := r.rt.TaskState(context.Background(), "t1"); st.Status != agent.TaskRunning {
 		t.Fatalf("t1 = %+v while the server is down, want running", st)

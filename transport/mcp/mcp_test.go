@@ -3,6 +3,7 @@ package mcp_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/transport/llm"
 	"github.com/openstarry/openstarry-edge/transport/llm/llmtest"
@@ -121,12 +123,13 @@ func TestMCPToolsFromChildProcess(t *testing.T) {
 		t.Fatal(res.Err)
 	}
 	var state agent.TaskState
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+	_ = wait.Poll(20*time.Second, func() error { // state is checked below
 		state, _, _ = rt.TaskState(context.Background(), "t1")
 		if state.Status == agent.ResultDone || state.Status == agent.ResultFailed {
-			break
+			return nil
 		}
-	}
+		return errors.New(state.Status)
+	})
 	if err := rt.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}

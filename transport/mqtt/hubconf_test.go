@@ -12,6 +12,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -133,7 +134,7 @@ func TestMQTTHubConf(t *testing.T) {
 		}
 	}
 	back := startAgent(t, agentOpts{brokerURL: m.URL(), dir: a.dir, cfg: login})
-	mqtttest.WaitFor(t, 60*time.Second, "all queued tasks", func() bool { return back.client.Stats().Accepted == n })
+	wait.For(t, 60*time.Second, "all queued tasks", func() bool { return back.client.Stats().Accepted == n })
 	if st := back.client.Stats(); st.Received != n {
 		t.Errorf("received %d of %d", st.Received, n)
 	}
@@ -153,7 +154,7 @@ func TestMQTTDefaultMosquittoDrops(t *testing.T) {
 		mqtttest.Publish(t, pub, a.client.Topics().Tasks, task(fmt.Sprintf("d%04d", i), i))
 	}
 	back := startAgent(t, agentOpts{brokerURL: m.URL(), dir: a.dir})
-	time.Sleep(2 * time.Second)
+	wait.Settle(t, 2*time.Second, "Mosquitto would have delivered every task it kept by now")
 	if got := back.client.Stats().Received; got >= 1500 {
 		t.Fatalf("default Mosquitto delivered all %d; hub.conf's reason is gone", got)
 	} else {

@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
@@ -162,7 +163,7 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 
 		mqtttest.Publish(t, pub, tp.Tasks, task("t1", "hello"))
 		mqtttest.Publish(t, pub, tp.Tasks, sleepTask("t2", 10))
-		mqtttest.WaitFor(t, 10*time.Second, "two results", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == 2 })
+		wait.For(t, 10*time.Second, "two results", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == 2 })
 		rs := mqtttest.Results(t, col, tp.Results)
 		if r := rs["t1"][0]; r.Status != "done" || string(r.Output) != `"hello"` || r.AgentID != "a1" || r.TickIndex == 0 {
 			t.Errorf("t1 result: %+v", r)
@@ -170,7 +171,7 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 		if r := rs["t2"][0]; r.Status != "done" || !strings.Contains(string(r.Output), "slept_ms") {
 			t.Errorf("t2 result: %+v", r)
 		}
-		mqtttest.WaitFor(t, 5*time.Second, "progress", func() bool {
+		wait.For(t, 5*time.Second, "progress", func() bool {
 			for _, m := range col.Messages(tp.Progress) {
 				var p struct {
 					TaskID  string `json:"task_id"`
@@ -184,13 +185,13 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 			return false
 		})
 		// Confirmed results leave the outbox.
-		mqtttest.WaitFor(t, 5*time.Second, "an empty outbox", func() bool {
+		wait.For(t, 5*time.Second, "an empty outbox", func() bool {
 			s, err := a.rt.Snapshot(context.Background())
 			return err == nil && len(s.Outbox) == 0
 		})
 		// The status is online and retained.
 		late := mqtttest.Collect(t, url, "late", true, tp.Status)
-		mqtttest.WaitFor(t, 5*time.Second, "retained online status", func() bool {
+		wait.For(t, 5*time.Second, "retained online status", func() bool {
 			for _, m := range late.Messages(tp.Status) {
 				if m.Retained && strings.Contains(string(m.Payload), `"state":"online"`) && strings.Contains(string(m.Payload), `"agents":["a1"]`) {
 					return true
@@ -203,7 +204,7 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 		}
 		// A clean stop marks the device offline (retained).
 		a.stop()
-		mqtttest.WaitFor(t, 5*time.Second, "offline status", func() bool {
+		wait.For(t, 5*time.Second, "offline status", func() bool {
 			ms := late.Messages(tp.Status)
 			return len(ms) > 0 && strings.Contains(string(ms[len(ms)-1].Payload), `"state":"offline"`)
 		})
@@ -222,8 +223,8 @@ func TestMQTTDeadLetters(t *testing.T) {
 			mqtttest.Publish(t, pub, tp.Tasks, p)
 		}
 		mqtttest.Publish(t, pub, tp.Tasks, task("after", "still serving"))
-		mqtttest.WaitFor(t, 10*time.Second, "the next task's result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["after"]) > 0 })
-		mqtttest.WaitFor(t, 10*time.Second, "four dead letters", func() bool { return len(col.Messages(tp.DeadLetter)) == 4 })
+		wait.For(t, 10*time.Second, "the next task's result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["after"]) > 0 })
+		wait.For(t, 10*time.Second, "four dead letters", func() bool { return len(col.Messages(tp.DeadLetter)) == 4 })
 		codes := map[string]map[string]any{}
 		for _, m := range col.Messages(tp.DeadLetter) {
 			var dl map[string]any
@@ -259,11 +260,11 @@ func TestMQTTDuplicateRunsOnce(t *testing.T) {
 		pub := publisher(t, url)
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
-		mqtttest.WaitFor(t, 10*time.Second, "the result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) > 0 })
+		wait.For(t, 10*time.Second, "the result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) > 0 })
 		// Again once it is done: acknowledged, not run, its result published again.
 		mqtttest.Publish(t, pub, tp.Tasks, appendTask("dup"))
-		mqtttest.WaitFor(t, 10*time.Second, "the republished result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) >= 2 })
-		time.Sleep(200 * time.Millisecond)
+		wait.For(t, 10*time.Second, "the republished result", func() bool { return len(mqtttest.Results(t, col, tp.Results)["dup"]) >= 2 })
+		wait.Settle(t, 200*time.Millisecond, "a second run of the task would have appended its line by now")
 		if got := a.lines(t, "out.txt"); len(got) != 1 {
 			t.Fatalf("the task ran %d times: %v", len(got), got)
 		}
@@ -292,15 +293,24 @@ func TestMQTTBrokerRestart(t *testing.T) {
 		for i := range n {
 			mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("r%02d", i), 40))
 		}
-		mqtttest.WaitFor(t, 10*time.Second, "all tasks durable", func() bool { return a.client.Stats().Accepted == n })
+		wait.For(t, 10*time.Second, "all tasks durable", func() bool { return a.client.Stats().Accepted == n })
+		// An outage of half a second at least, in which results pile up.
+		// (The embedded broker started again within tens of milliseconds
+		// of its Close loses results the observer's persistent session
+		// should receive: a shorter outage makes this test fail.)
+		outage := time.After(500 * time.Millisecond)
 		down()
-		time.Sleep(500 * time.Millisecond) // results pile up meanwhile
+		wait.For(t, 10*time.Second, "a result waiting in the outbox while the broker is down", func() bool {
+			s, err := a.rt.Snapshot(context.Background())
+			return err == nil && len(s.Outbox) > 0
+		})
+		<-outage
 		up()
 		for i := n; i < n+5; i++ {
 			mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("r%02d", i), 1))
 		}
-		mqtttest.WaitFor(t, 30*time.Second, "every result", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == n+5 })
-		mqtttest.WaitFor(t, 10*time.Second, "an empty outbox", func() bool {
+		wait.For(t, 30*time.Second, "every result", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == n+5 })
+		wait.For(t, 10*time.Second, "an empty outbox", func() bool {
 			s, err := a.rt.Snapshot(context.Background())
 			return err == nil && len(s.Outbox) == 0
 		})
@@ -348,7 +358,7 @@ func TestMQTTResultsWaitForTheBroker(t *testing.T) {
 			t.Fatal(res.Err)
 		}
 	}
-	mqtttest.WaitFor(t, 5*time.Second, "five results in the outbox", func() bool {
+	wait.For(t, 5*time.Second, "five results in the outbox", func() bool {
 		s, _ := a.rt.Snapshot(context.Background())
 		return s != nil && len(s.Outbox) == 5
 	})
@@ -377,11 +387,11 @@ func TestMQTTResultsWaitForTheBroker(t *testing.T) {
 		}
 		return order
 	}
-	mqtttest.WaitFor(t, 20*time.Second, "five results", func() bool { return len(firsts()) >= 5 })
+	wait.For(t, 20*time.Second, "five results", func() bool { return len(firsts()) >= 5 })
 	if strings.Join(order, ",") != "h0,h1,h2,h3,h4" {
 		t.Errorf("results out of order: %v", order)
 	}
-	mqtttest.WaitFor(t, 5*time.Second, "an empty outbox", func() bool {
+	wait.For(t, 5*time.Second, "an empty outbox", func() bool {
 		s, _ := a.rt.Snapshot(context.Background())
 		return s != nil && len(s.Outbox) == 0
 	})

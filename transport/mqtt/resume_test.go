@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
@@ -128,17 +129,17 @@ func TestMQTTResumeIsNoPuback(t *testing.T) {
 	if res := a.rt.Submit(context.Background(), ev); res.Err != nil {
 		t.Fatal(res.Err)
 	}
-	mqtttest.WaitFor(t, 5*time.Second, "the result published", func() bool { return len(col.Messages("")) > 0 })
+	wait.For(t, 5*time.Second, "the result published", func() bool { return len(col.Messages("")) > 0 })
 	if outbox() != 1 {
 		t.Fatal("the result left the outbox without a PUBACK")
 	}
 	// The connection breaks; paho reconnects and resumes the publication.
 	proxy.sever()
-	mqtttest.WaitFor(t, 10*time.Second, "the resumed publication", func() bool { return len(col.Messages("")) > 1 })
-	time.Sleep(500 * time.Millisecond)
+	wait.For(t, 10*time.Second, "the resumed publication", func() bool { return len(col.Messages("")) > 1 })
+	wait.Settle(t, 500*time.Millisecond, "a result confirmed without a PUBACK would have left the outbox by now")
 	if outbox() != 1 {
 		t.Fatal("the result left the outbox on paho's resume, without a PUBACK")
 	}
 	proxy.dropPubacks.Store(false)
-	mqtttest.WaitFor(t, 10*time.Second, "the confirmation after a real PUBACK", func() bool { return outbox() == 0 })
+	wait.For(t, 10*time.Second, "the confirmation after a real PUBACK", func() bool { return outbox() == 0 })
 }

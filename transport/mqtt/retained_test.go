@@ -1,12 +1,14 @@
 package mqtt_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -32,14 +34,17 @@ func TestMQTTRetainedBadMessage(t *testing.T) {
 		retained := func() bool {
 			n++
 			c := mqtttest.Collect(t, url, fmt.Sprintf("peek-%d", n), true, tp.Tasks)
-			time.Sleep(300 * time.Millisecond)
-			c.Client.Disconnect(0)
-			for _, m := range c.Messages(tp.Tasks) {
-				if m.Retained && len(m.Payload) > 0 {
-					return true
+			defer c.Client.Disconnect(0)
+			// A retained message comes right after the subscription: none
+			// within 300 ms means the broker holds none.
+			return wait.Poll(300*time.Millisecond, func() error {
+				for _, m := range c.Messages(tp.Tasks) {
+					if m.Retained && len(m.Payload) > 0 {
+						return nil
+					}
 				}
-			}
-			return false
+				return errors.New("no retained message")
+			}) == nil
 		}
 		publishRetained()
 		if !retained() {
@@ -47,8 +52,8 @@ func TestMQTTRetainedBadMessage(t *testing.T) {
 		}
 		opts := agentOpts{brokerURL: url, dir: dir, cfg: func(c *mqtt.Config) { c.StateDir = dir }}
 		a := startAgent(t, opts)
-		mqtttest.WaitFor(t, 10*time.Second, "one dead letter", func() bool { return len(col.Messages(tp.DeadLetter)) == 1 })
-		mqtttest.WaitFor(t, 10*time.Second, "the retained copy cleared", func() bool { return !retained() })
+		wait.For(t, 10*time.Second, "one dead letter", func() bool { return len(col.Messages(tp.DeadLetter)) == 1 })
+		wait.For(t, 10*time.Second, "the retained copy cleared", func() bool { return !retained() })
 		fi, err := os.Stat(filepath.Join(dir, mqtt.RejectedFile))
 		if err != nil || fi.Mode().Perm() != 0o600 {
 			t.Fatalf("the digest is not remembered privately: %v %v", fi, err)
@@ -90,8 +95,8 @@ func TestMQTTRetainedBadMessageRemembered(t *testing.T) {
 	}}
 	for run := 1; run <= 3; run++ {
 		a := startAgent(t, opts)
-		mqtttest.WaitFor(t, 10*time.Second, "the retained message handed to the agent", func() bool { return a.client.Stats().Received >= 1 })
-		time.Sleep(300 * time.Millisecond) // a dead letter would be out by now
+		wait.For(t, 10*time.Second, "the retained message handed to the agent", func() bool { return a.client.Stats().Received >= 1 })
+		wait.Settle(t, 300*time.Millisecond, "a second dead letter would be out by now")
 		a.stop()
 		if got := len(col.Messages(tp.DeadLetter)); got != 1 {
 			t.Fatalf("run %d: %d dead letters for one retained message, want 1", run, got)

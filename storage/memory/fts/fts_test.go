@@ -3,6 +3,7 @@ package fts_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/memory"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/storage/memory/fts"
 )
@@ -206,19 +208,21 @@ func TestSnapshotDoesNotGrowWithMemory(t *testing.T) {
 		if r := rt.Submit(ctx, ev); r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for time.Now().Before(deadline) {
-			st, ok, err := rt.TaskState(ctx, id)
-			if err != nil {
+		var st agent.TaskState
+		wait.Until(t, 10*time.Second, "task "+id+" to finish", func() error {
+			s, ok, err := rt.TaskState(ctx, id)
+			switch {
+			case err != nil:
 				t.Fatal(err)
+			case !ok:
+				return errors.New("unknown")
+			case !s.Final():
+				return errors.New(s.Status)
 			}
-			if ok && st.Status != agent.TaskQueued && st.Status != agent.TaskRunning {
-				return st
-			}
-			time.Sleep(time.Millisecond)
-		}
-		t.Fatalf("task %s did not finish", id)
-		return agent.TaskState{}
+			st = s
+			return nil
+		})
+		return st
 	}
 	snapBytes := func() int {
 		s, err := store.Load(ctx, "m1")

@@ -9,6 +9,7 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // Server is a redis-server process a test started.
@@ -91,26 +94,28 @@ func (s *Server) start() error {
 	go func() { done <- cmd.Wait() }()
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr(), MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var exited error
+	err := wait.Poll(10*time.Second, func() error {
 		select {
 		case err := <-done:
-			return fmt.Errorf("exited: %v; log:\n%s", err, tail(logPath))
+			exited = fmt.Errorf("exited: %v; log:\n%s", err, tail(logPath))
+			return nil
 		default:
 		}
-		if c.Ping(context.Background()).Err() == nil {
-			s.mu.Lock()
-			s.cmd = cmd
-			s.mu.Unlock()
-			go func() { <-done }()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			cmd.Process.Kill()
-			return fmt.Errorf("no PING answer in 10s; log:\n%s", tail(logPath))
-		}
-		time.Sleep(20 * time.Millisecond)
+		return c.Ping(context.Background()).Err()
+	})
+	switch {
+	case exited != nil:
+		return exited
+	case err != nil:
+		cmd.Process.Kill()
+		return fmt.Errorf("no PING answer in 10s; log:\n%s", tail(logPath))
 	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	go func() { <-done }()
+	return nil
 }
 
 func tail(path string) string {
@@ -138,14 +143,14 @@ func (s *Server) Kill() {
 		return
 	}
 	cmd.Process.Kill()
-	for i := 0; i < 200; i++ {
+	_ = wait.Poll(10*time.Second, func() error { // the next start tells if it is still open
 		c, err := net.DialTimeout("tcp", s.Addr(), 50*time.Millisecond)
 		if err != nil {
-			return
+			return nil
 		}
 		c.Close()
-		time.Sleep(10 * time.Millisecond)
-	}
+		return errors.New("the port is still open")
+	})
 }
 
 // Restart starts the server again on the same port and data directory.

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // Binary returns the path of a Mosquitto tool (mosquitto, mosquitto_passwd),
@@ -173,22 +175,20 @@ func (m *Mosquitto) Start() {
 	m.mu.Lock()
 	m.cmd, m.done = cmd, done
 	m.mu.Unlock()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if err := wait.Poll(10*time.Second, func() error {
 		c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(m.Port), time.Second)
 		if err == nil {
 			c.Close()
-			return
+			return nil
 		}
 		select {
 		case <-done:
 			m.t.Fatalf("mosquitto exited at start:\n%s", m.Logs())
 		default:
 		}
-		if time.Now().After(deadline) {
-			m.t.Fatalf("mosquitto does not listen on %d:\n%s", m.Port, m.Logs())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return err
+	}); err != nil {
+		m.t.Fatalf("mosquitto does not listen on %d:\n%s", m.Port, m.Logs())
 	}
 }
 
@@ -377,18 +377,6 @@ func (c *Collector) Messages(filter string) []Message {
 		}
 	}
 	return out
-}
-
-// WaitFor polls cond until it holds or the timeout passes.
-func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // Match reports whether topic matches an MQTT filter.
