@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/openstarry/openstarry-edge/internal/overlayroot"
 )
 
 // debFile returns the release's .deb for arch.
@@ -81,7 +83,7 @@ func TestDebInstall(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build.sh debs: %v\n%s", err, out)
 	}
-	out := overlayRoot(t, `
+	out := overlayroot.Run(t, `
 cp "$1" "$R/tmp/v1.deb"; cp "$2" "$R/tmp/v2.deb"
 mkdir -p "$R/run/systemd/system"
 for c in systemctl deb-systemd-invoke; do
@@ -130,42 +132,6 @@ echo "data: $(ls -d /var/lib/openstarry 2>/dev/null | wc -l) config: $(ls -d /et
 			t.Errorf("missing %q", want)
 		}
 	}
-}
-
-// overlayRoot runs script as root in a copy-on-write clone of this
-// machine: private mount, network and PID namespaces, an overlay of / whose
-// writes land on a tmpfs and vanish with the namespaces. In the script, $R
-// is the clone's root; it has a fresh /proc, empty /run and /tmp, and the
-// loopback interface up. Every process started in it ends with it.
-func overlayRoot(t *testing.T, script string, args ...string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for mount namespaces and overlayfs")
-	}
-	setup := `set -euo pipefail
-T=$(mktemp -d)
-mount -t tmpfs tmpfs "$T"
-mkdir "$T/u" "$T/w" "$T/r"
-mount -t overlay overlay -o lowerdir=/,upperdir="$T/u",workdir="$T/w" "$T/r"
-R="$T/r"
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-mount -t tmpfs tmpfs "$R/run"
-mount -t tmpfs tmpfs "$R/tmp"
-ip link set lo up
-`
-	probe := exec.Command("unshare", "--mount", "--net", "--pid", "--fork", "--propagation", "private", "bash", "-c",
-		`set -e; T=$(mktemp -d); mount -t tmpfs tmpfs "$T"; mkdir "$T/u" "$T/w" "$T/r"; mount -t overlay overlay -o lowerdir=/,upperdir="$T/u",workdir="$T/w" "$T/r"`)
-	if out, err := probe.CombinedOutput(); err != nil {
-		t.Skipf("this kernel or container does not allow a mount namespace with an overlay of /: %v\n%s", err, out)
-	}
-	cmd := exec.Command("unshare", append([]string{"--mount", "--net", "--pid", "--fork", "--propagation", "private",
-		"bash", "-c", setup + script, "overlayroot"}, args...)...)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("script in the overlay root: %v\n%s", err, out)
-	}
-	return string(out)
 }
 
 func regexpMatch(re, s string) bool { return regexp.MustCompile(re).MatchString(s) }

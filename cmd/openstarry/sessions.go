@@ -120,273 +120,219 @@ func ago(t time.Time) string {
 	return t.UTC().Format("2006-01-02 15:04:05")
 }
 
+// apiCommand is one command that asks the daemon's API. Its arguments are
+// checked before the daemon is looked for; run asks and returns the answer,
+// printed as JSON with --json (listing) and otherwise by text.
+type apiCommand struct {
+	use, short string
+	args       cobra.PositionalArgs
+	listing    bool // it has --json
+	check      func(cmd *cobra.Command, args []string) error
+	run        func(ctx context.Context, c *apiClient, args []string) (answer any, text func(io.Writer), err error)
+}
+
+// add makes the command under parent and returns it, for its own flags.
+func (a apiCommand) add(parent *cobra.Command) *cobra.Command {
+	var f apiFlags
+	cmd := &cobra.Command{
+		Use: a.use, Short: a.short, Args: a.args,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if a.check != nil {
+				if err := a.check(cmd, args); err != nil {
+					return err
+				}
+			}
+			c, err := f.client(cmd)
+			if err != nil {
+				return err
+			}
+			answer, text, err := a.run(cmd.Context(), c, args)
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				return printJSON(cmd.OutOrStdout(), answer)
+			}
+			text(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	f.bind(cmd, a.listing)
+	parent.AddCommand(cmd)
+	return cmd
+}
+
+// projectArg checks the optional PROJECT argument.
+func projectArg(_ *cobra.Command, args []string) error {
+	if len(args) == 1 {
+		return session.ValidateProjectID(args[0])
+	}
+	return nil
+}
+
+// table writes a header and the rows, in aligned columns.
+func table(w io.Writer, header string, rows func(tw io.Writer)) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, header)
+	rows(tw)
+	tw.Flush()
+}
+
 func init() {
 	project := &cobra.Command{Use: "project", Short: "Projects: plans of tasks the daemon runs across sessions"}
 	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
 	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
 	rootCmd.AddCommand(project, session_, approval)
 
-	// project create FILE
-	{
-		var f apiFlags
-		cmd := &cobra.Command{
-			Use:   "create FILE|-",
-			Short: "Create a project from a plan (the JSON body of POST /projects); prints its id and tasks",
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				var data []byte
-				var err error
-				if args[0] == "-" {
-					data, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20+1))
-				} else {
-					data, err = os.ReadFile(args[0])
-				}
-				if err != nil {
-					return err
-				}
-				if _, err := session.DecodeCreateRequest(bytes.NewReader(data)); err != nil {
-					return fmt.Errorf("%s: %w", args[0], err)
-				}
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				var v session.ProjectView
-				if err := c.do(cmd.Context(), "POST", "/projects", data, &v); err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), v)
-				}
-				printProject(cmd.OutOrStdout(), &v)
-				return nil
-			},
-		}
-		f.bind(cmd, true)
-		project.AddCommand(cmd)
+	showProject := func(v *session.ProjectView) func(io.Writer) {
+		return func(w io.Writer) { printProject(w, v) }
 	}
-	// project list
-	{
-		var f apiFlags
-		cmd := &cobra.Command{
-			Use: "list", Short: "List the projects with their newest session", Args: cobra.NoArgs,
-			RunE: func(cmd *cobra.Command, _ []string) error {
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				var ps []session.Project
-				if err := c.do(cmd.Context(), "GET", "/projects", nil, &ps); err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), ps)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "PROJECT\tNAME\tCREATED\tSESSION\tSTATUS")
-				for _, p := range ps {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, ago(p.CreatedAt), p.SessionID, p.Status)
-				}
-				return tw.Flush()
-			},
-		}
-		f.bind(cmd, true)
-		project.AddCommand(cmd)
-	}
-	// project show ID
-	{
-		var f apiFlags
-		cmd := &cobra.Command{
-			Use: "show PROJECT", Short: "Show a project: its tasks with their progress, its sessions", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if err := session.ValidateProjectID(args[0]); err != nil {
-					return err
-				}
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				var v session.ProjectView
-				if err := c.do(cmd.Context(), "GET", "/projects/"+args[0], nil, &v); err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), v)
-				}
-				printProject(cmd.OutOrStdout(), &v)
-				return nil
-			},
-		}
-		f.bind(cmd, true)
-		project.AddCommand(cmd)
-	}
-	// session list [PROJECT]
-	{
-		var f apiFlags
-		cmd := &cobra.Command{
-			Use: "list [PROJECT]", Short: "List the sessions of a project (of every project without one)", Args: cobra.MaximumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				ss, err := listSessions(cmd.Context(), c, args)
-				if err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), ss)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "SESSION\tPROJECT\tSTATUS\tREASON\tPARENT\tSTARTED\tENDED\tPHASE\tTASK")
-				for _, s := range ss {
-					ended := "-"
-					if s.EndedAt != nil {
-						ended = ago(*s.EndedAt)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.ProjectID, s.Status, dash(s.InterruptionReason),
-						dash(s.ParentSessionID), ago(s.StartedAt), ended, s.CurrentPhase, dash(s.CurrentTaskID))
-				}
-				return tw.Flush()
-			},
-		}
-		f.bind(cmd, true)
-		session_.AddCommand(cmd)
-	}
-	// session show SESSION
-	{
-		var f apiFlags
-		var projectID string
-		cmd := &cobra.Command{
-			Use: "show SESSION", Short: "Show a session: its state, checkpoint, approvals and approaches", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				p, err := projectOf(cmd.Context(), c, projectID, args[0])
-				if err != nil {
-					return err
-				}
-				var v json.RawMessage
-				if err := c.do(cmd.Context(), "GET", "/projects/"+p+"/sessions/"+args[0], nil, &v); err != nil {
-					return err
-				}
-				_, err = cmd.OutOrStdout().Write(v)
+	var plan []byte
+	apiCommand{
+		use: "create FILE|-", short: "Create a project from a plan (the JSON body of POST /projects); prints its id and tasks",
+		args: cobra.ExactArgs(1), listing: true,
+		check: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if args[0] == "-" {
+				plan, err = io.ReadAll(io.LimitReader(cmd.InOrStdin(), 1<<20+1))
+			} else {
+				plan, err = os.ReadFile(args[0])
+			}
+			if err != nil {
 				return err
-			},
-		}
-		f.bind(cmd, false)
-		cmd.Flags().StringVar(&projectID, "project", "", "the session's project (default: looked up)")
-		session_.AddCommand(cmd)
-	}
-	// session resume SESSION
-	{
-		var f apiFlags
-		var projectID string
-		cmd := &cobra.Command{
-			Use:   "resume SESSION",
-			Short: "Resume an interrupted session: a child session continues the remaining tasks",
-			Args:  cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				p, err := projectOf(cmd.Context(), c, projectID, args[0])
-				if err != nil {
-					return err
-				}
-				var res session.ResumeResult
-				if err := c.do(cmd.Context(), "POST", "/projects/"+p+"/sessions/"+args[0]+"/resume", nil, &res); err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), res)
-				}
+			}
+			if _, err := session.DecodeCreateRequest(bytes.NewReader(plan)); err != nil {
+				return fmt.Errorf("%s: %w", args[0], err)
+			}
+			return nil
+		},
+		run: func(ctx context.Context, c *apiClient, _ []string) (any, func(io.Writer), error) {
+			var v session.ProjectView
+			err := c.do(ctx, "POST", "/projects", plan, &v)
+			return v, showProject(&v), err
+		},
+	}.add(project)
+	apiCommand{
+		use: "list", short: "List the projects with their newest session", args: cobra.NoArgs, listing: true,
+		run: func(ctx context.Context, c *apiClient, _ []string) (any, func(io.Writer), error) {
+			var ps []session.Project
+			err := c.do(ctx, "GET", "/projects", nil, &ps)
+			return ps, func(w io.Writer) {
+				table(w, "PROJECT\tNAME\tCREATED\tSESSION\tSTATUS", func(tw io.Writer) {
+					for _, p := range ps {
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.ID, p.Name, ago(p.CreatedAt), p.SessionID, p.Status)
+					}
+				})
+			}, err
+		},
+	}.add(project)
+	apiCommand{
+		use: "show PROJECT", short: "Show a project: its tasks with their progress, its sessions", args: cobra.ExactArgs(1), listing: true,
+		check: projectArg,
+		run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+			var v session.ProjectView
+			err := c.do(ctx, "GET", "/projects/"+args[0], nil, &v)
+			return v, showProject(&v), err
+		},
+	}.add(project)
+
+	apiCommand{
+		use: "list [PROJECT]", short: "List the sessions of a project (of every project without one)", args: cobra.MaximumNArgs(1), listing: true,
+		run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+			ss, err := listSessions(ctx, c, args)
+			return ss, func(w io.Writer) {
+				table(w, "SESSION\tPROJECT\tSTATUS\tREASON\tPARENT\tSTARTED\tENDED\tPHASE\tTASK", func(tw io.Writer) {
+					for _, s := range ss {
+						ended := "-"
+						if s.EndedAt != nil {
+							ended = ago(*s.EndedAt)
+						}
+						fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.ID, s.ProjectID, s.Status, dash(s.InterruptionReason),
+							dash(s.ParentSessionID), ago(s.StartedAt), ended, s.CurrentPhase, dash(s.CurrentTaskID))
+					}
+				})
+			}, err
+		},
+	}.add(session_)
+	var showOf, resumeOf string // --project of session show and session resume
+	apiCommand{
+		use: "show SESSION", short: "Show a session: its state, checkpoint, approvals and approaches", args: cobra.ExactArgs(1),
+		run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+			p, err := projectOf(ctx, c, showOf, args[0])
+			if err != nil {
+				return nil, nil, err
+			}
+			var v json.RawMessage
+			err = c.do(ctx, "GET", "/projects/"+p+"/sessions/"+args[0], nil, &v)
+			return v, func(w io.Writer) { _, _ = w.Write(v) }, err
+		},
+	}.add(session_).Flags().StringVar(&showOf, "project", "", "the session's project (default: looked up)")
+	apiCommand{
+		use: "resume SESSION", short: "Resume an interrupted session: a child session continues the remaining tasks",
+		args: cobra.ExactArgs(1), listing: true,
+		run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+			p, err := projectOf(ctx, c, resumeOf, args[0])
+			if err != nil {
+				return nil, nil, err
+			}
+			var res session.ResumeResult
+			if err := c.do(ctx, "POST", "/projects/"+p+"/sessions/"+args[0]+"/resume", nil, &res); err != nil {
+				return nil, nil, err
+			}
+			return res, func(w io.Writer) {
 				var rc session.ResumeContext
 				_ = json.Unmarshal(res.ResumeContext, &rc)
-				fmt.Fprintf(cmd.OutOrStdout(), "session %s resumed as %s (project %s): %d task(s) remain\n",
+				fmt.Fprintf(w, "session %s resumed as %s (project %s): %d task(s) remain\n",
 					args[0], res.Session.ID, p, len(rc.RemainingTasks))
-				return nil
-			},
-		}
-		f.bind(cmd, true)
-		cmd.Flags().StringVar(&projectID, "project", "", "the session's project (default: looked up)")
-		session_.AddCommand(cmd)
-	}
-	// approval list [PROJECT]
-	{
-		var f apiFlags
-		var status string
-		cmd := &cobra.Command{
-			Use: "list [PROJECT]", Short: "List approvals (of one project, or all)", Args: cobra.MaximumNArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				path := "/approvals"
-				if len(args) == 1 {
-					if err := session.ValidateProjectID(args[0]); err != nil {
-						return err
+			}, nil
+		},
+	}.add(session_).Flags().StringVar(&resumeOf, "project", "", "the session's project (default: looked up)")
+
+	var status string
+	apiCommand{
+		use: "list [PROJECT]", short: "List approvals (of one project, or all)", args: cobra.MaximumNArgs(1), listing: true,
+		check: projectArg,
+		run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+			path := "/approvals"
+			if len(args) == 1 {
+				path = "/projects/" + args[0] + "/approvals"
+			}
+			if status != "" {
+				path += "?status=" + url.QueryEscape(status)
+			}
+			var as []session.Approval
+			err := c.do(ctx, "GET", path, nil, &as)
+			return as, func(w io.Writer) {
+				table(w, "ID\tPROJECT\tTASK\tATTEMPT\tTYPE\tLEADER\tSTATUS\tSUBMITTED\tFEEDBACK", func(tw io.Writer) {
+					for _, a := range as {
+						fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.ProjectID, a.TaskID, a.Attempt, a.CheckpointType,
+							a.LeaderID, a.Status, ago(a.SubmittedAt), dash(a.Feedback))
 					}
-					path = "/projects/" + args[0] + "/approvals"
-				}
-				if status != "" {
-					path += "?status=" + url.QueryEscape(status)
-				}
-				var as []session.Approval
-				if err := c.do(cmd.Context(), "GET", path, nil, &as); err != nil {
-					return err
-				}
-				if f.asJSON {
-					return printJSON(cmd.OutOrStdout(), as)
-				}
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "ID\tPROJECT\tTASK\tATTEMPT\tTYPE\tLEADER\tSTATUS\tSUBMITTED\tFEEDBACK")
-				for _, a := range as {
-					fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", a.ID, a.ProjectID, a.TaskID, a.Attempt, a.CheckpointType,
-						a.LeaderID, a.Status, ago(a.SubmittedAt), dash(a.Feedback))
-				}
-				return tw.Flush()
-			},
-		}
-		f.bind(cmd, true)
-		cmd.Flags().StringVar(&status, "status", "", "only pending, approved, rejected or revision_requested")
-		approval.AddCommand(cmd)
-	}
-	for _, d := range []struct{ use, decision, short string }{
-		{"approve", "approve", "Approve: the waiting task completes"},
-		{"reject", "reject", "Reject: the waiting task fails and its dependents are blocked"},
-		{"revise", "revise", "Request a revision: the task runs again with the feedback (required)"},
+				})
+			}, err
+		},
+	}.add(approval).Flags().StringVar(&status, "status", "", "only pending, approved, rejected or revision_requested")
+	for _, d := range []struct{ decision, short string }{
+		{"approve", "Approve: the waiting task completes"},
+		{"reject", "Reject: the waiting task fails and its dependents are blocked"},
+		{"revise", "Request a revision: the task runs again with the feedback (required)"},
 	} {
-		var f apiFlags
 		var feedback, by string
-		decision := d.decision
-		cmd := &cobra.Command{
-			Use: d.use + " ID", Short: d.short, Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error {
-				if _, err := session.ParseApprovalID(args[0]); err != nil {
-					return err
-				}
-				c, err := f.client(cmd)
-				if err != nil {
-					return err
-				}
-				body, _ := json.Marshal(session.Decision{Decision: decision, Feedback: feedback, DecidedBy: by})
-				var a session.Approval
-				if err := c.do(cmd.Context(), "POST", "/approvals/"+args[0], body, &a); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "approval %d of %s: %s\n", a.ID, a.TaskID, a.Status)
-				return nil
+		cmd := apiCommand{
+			use: d.decision + " ID", short: d.short, args: cobra.ExactArgs(1),
+			check: func(_ *cobra.Command, args []string) error {
+				_, err := session.ParseApprovalID(args[0])
+				return err
 			},
-		}
-		f.bind(cmd, false)
+			run: func(ctx context.Context, c *apiClient, args []string) (any, func(io.Writer), error) {
+				body, _ := json.Marshal(session.Decision{Decision: d.decision, Feedback: feedback, DecidedBy: by})
+				var a session.Approval
+				err := c.do(ctx, "POST", "/approvals/"+args[0], body, &a)
+				return a, func(w io.Writer) { fmt.Fprintf(w, "approval %d of %s: %s\n", a.ID, a.TaskID, a.Status) }, err
+			},
+		}.add(approval)
 		cmd.Flags().StringVar(&feedback, "feedback", "", "what the person says (a revision needs it)")
 		cmd.Flags().StringVar(&by, "by", decider(), "who decides, recorded with the decision")
-		approval.AddCommand(cmd)
 	}
 }
 
