@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
+
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 )
 
 // Sentinel errors of the store.
@@ -117,69 +117,25 @@ type Store struct {
 	path string
 }
 
-func dsn(abs string) string {
-	p := filepath.ToSlash(abs)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	u := url.URL{Scheme: "file", Path: p}
-	return u.String() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
-		"&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
-}
-
 // OpenStore opens (creating it if needed, 0600) and migrates the database.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
-		return nil, fmt.Errorf("sessions.db: %w", err)
-	}
-	if f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600); err == nil {
-		f.Close()
-	} else {
-		return nil, fmt.Errorf("sessions.db: %w", err)
-	}
-	_ = os.Chmod(abs, 0o600)
-	db, err := sql.Open("sqlite", dsn(abs))
+	db, _, err := sqlitedb.Open(abs, sqlitedb.Options{ForeignKeys: true, MaxOpenConns: 4})
 	if err != nil {
 		return nil, fmt.Errorf("sessions.db %s: %w", abs, err)
 	}
-	db.SetMaxOpenConns(4)
-	s := &Store{db: db, path: abs}
-	if err := s.migrate(ctx); err != nil {
+	steps := make([][]string, len(migrations))
+	for i, m := range migrations {
+		steps[i] = []string{m}
+	}
+	if err := sqlitedb.Migrate(ctx, db, steps); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sessions.db %s: %w", abs, err)
 	}
-	for _, suffix := range []string{"-wal", "-shm"} {
-		_ = os.Chmod(abs+suffix, 0o600)
-	}
-	return s, nil
-}
-
-func (s *Store) migrate(ctx context.Context) error {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	var v int
-	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return err
-	}
-	if v > len(migrations) {
-		return fmt.Errorf("schema version %d is newer than this build's %d", v, len(migrations))
-	}
-	for i := v; i < len(migrations); i++ {
-		if _, err := tx.ExecContext(ctx, migrations[i]); err != nil {
-			return fmt.Errorf("migration %d: %w", i+1, err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, len(migrations))); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return &Store{db: db, path: abs}, nil
 }
 
 // Close closes the database.

@@ -22,10 +22,9 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
-
-	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 func init() {
@@ -47,6 +46,9 @@ const (
 // maxOpenConns bounds the pool; every connection holds its own page cache,
 // which matters on a small board.
 const maxOpenConns = 4
+
+// dbOptions are the database's: foreign keys enforced, maxOpenConns.
+var dbOptions = sqlitedb.Options{ForeignKeys: true, MaxOpenConns: maxOpenConns}
 
 // Options configure a Store.
 type Options struct {
@@ -133,20 +135,6 @@ func openURL(ctx context.Context, u *url.URL, env plugin.Env) (plugin.Storage, e
 	return Open(ctx, path, o)
 }
 
-// dsn returns the driver's name for the database at the absolute path abs,
-// with the pragmas every connection needs. _txlock=immediate makes every
-// write transaction take the write lock at BEGIN, so two writers queue on
-// busy_timeout instead of one failing at its first write.
-func dsn(abs string) string {
-	p := filepath.ToSlash(abs)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p // C:/x on Windows
-	}
-	u := url.URL{Scheme: "file", Path: p}
-	return u.String() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)" +
-		"&_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)&_txlock=immediate"
-}
-
 // Open opens, creating it if needed, the database at path and migrates its
 // schema to this build's version.
 func Open(ctx context.Context, path string, o Options) (*Store, error) {
@@ -157,9 +145,6 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
-	if err := privfs.MkdirAll(filepath.Dir(abs)); err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
-	}
 	// The whole path made durable: a name on it lost in a power cut
 	// would lose the database. SQLite makes the file's own name durable
 	// (it fsyncs the directory when it creates the WAL).
@@ -169,26 +154,13 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	// SQLite creates a new database 0644 and fchmods it so, whatever the
-	// umask, and gives its -wal and -shm files the mode of the database.
-	// A private empty file made first is what it opens (an empty file is
-	// a new database), so all three are 0600. Files an older version made
-	// wider are narrowed.
-	if err := privfs.Create(abs); err != nil {
-		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
-	}
-	for _, p := range []string{abs, abs + "-wal", abs + "-shm"} {
-		if changed, err := privfs.Tighten(p); err != nil {
-			return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
-		} else if changed {
-			o.Logger.Warn().Str("path", p).Msg("sqlite: the file was readable by other users; made private (0600)")
-		}
-	}
-	db, err := sql.Open("sqlite", dsn(abs))
+	db, tightened, err := sqlitedb.Open(abs, dbOptions)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
-	db.SetMaxOpenConns(maxOpenConns)
+	for _, p := range tightened {
+		o.Logger.Warn().Str("path", p).Msg("sqlite: the file was readable by other users; made private (0600)")
+	}
 	s := &Store{
 		db:   db,
 		path: abs,
@@ -208,7 +180,7 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 		s.log.Warn().Str("path", abs).Str("journal_mode", mode).
 			Msg("sqlite: the database is not in WAL mode (is it on a network file system?); saves stay durable but slower")
 	}
-	if err := migrate(ctx, db, migrations); err != nil {
+	if err := sqlitedb.Migrate(ctx, db, migrations); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, corruptIf(err))
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
@@ -42,7 +43,7 @@ func openStore(t *testing.T, dir string, o Options) *Store {
 // rawDB opens the database file of a closed store directly.
 func rawDB(t *testing.T, dir string) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("sqlite", dsn(dbPath(dir)))
+	db, err := sql.Open("sqlite", sqlitedb.DSN(dbPath(dir), dbOptions))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -481,7 +482,7 @@ func TestMigrations(t *testing.T) {
 	later := append(append([][]string{}, migrations...), []string{`CREATE TABLE later (x INTEGER)`})
 	db := rawDB(t, dir)
 	for i := 0; i < 2; i++ {
-		if err := migrate(ctx, db, later); err != nil {
+		if err := sqlitedb.Migrate(ctx, db, later); err != nil {
 			t.Fatalf("migrate, round %d: %v", i, err)
 		}
 	}

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"strings"
 	"unicode"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/memory"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 )
 
 func init() {
@@ -58,32 +58,15 @@ func Open(ctx context.Context, path, collection string) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory fts: %w", err)
 	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
-		return nil, fmt.Errorf("memory fts: %w", err)
-	}
-	// Create the file 0600 before SQLite does: SQLite creates it, and its
-	// -wal and -shm beside it, with the main file's mode.
-	f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("memory fts: %w", err)
-	}
-	_ = f.Close()
-	p := filepath.ToSlash(abs)
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	dsn := (&url.URL{Scheme: "file", Path: p}).String() +
-		"?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)&_pragma=busy_timeout(5000)&_txlock=immediate"
-	db, err := sql.Open("sqlite", dsn)
+	db, _, err := sqlitedb.Open(abs, sqlitedb.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("memory fts: open %s: %w", abs, err)
 	}
-	e := &Engine{db: db, path: abs, collection: collection}
-	if err := e.migrate(ctx); err != nil {
+	if err := sqlitedb.Migrate(ctx, db, [][]string{{schema}}); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("memory fts: %s: %w", abs, err)
 	}
-	return e, nil
+	return &Engine{db: db, path: abs, collection: collection}, nil
 }
 
 // The schema: docs holds what was stored; docs_fts indexes its text as an
@@ -108,23 +91,7 @@ CREATE TRIGGER IF NOT EXISTS docs_au AFTER UPDATE ON docs BEGIN
 	INSERT INTO docs_fts(docs_fts, rowid, text) VALUES ('delete', old.rowid, old.text);
 	INSERT INTO docs_fts(rowid, text) VALUES (new.rowid, new.text);
 END;
-PRAGMA user_version = 1;
 `
-
-func (e *Engine) migrate(ctx context.Context) error {
-	var v int
-	if err := e.db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return err
-	}
-	switch {
-	case v == 1:
-		return nil
-	case v > 1:
-		return fmt.Errorf("schema version %d is newer than this build's (1)", v)
-	}
-	_, err := e.db.ExecContext(ctx, schema)
-	return err
-}
 
 // Put stores d, replacing a document with the same ID.
 func (e *Engine) Put(ctx context.Context, d memory.Doc) (string, error) {
