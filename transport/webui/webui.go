@@ -129,8 +129,7 @@ func (u *UI) Wrap(api http.Handler) http.Handler {
 		}
 		switch p := r.URL.Path; {
 		case p == "/" || p == "/index.html":
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
-				methodNotAllowed(w, "GET, HEAD")
+			if !getOrHead(w, r) {
 				return
 			}
 			setPageHeaders(w)
@@ -153,28 +152,27 @@ func setPageHeaders(w http.ResponseWriter) {
 	h.Set("Referrer-Policy", "no-referrer")
 }
 
-func (u *UI) serveUI(w http.ResponseWriter, r *http.Request, name string) {
+// endpoint returns the handler of a /ui/ path that is not a file, and the
+// one method it takes; nil for a file.
+func (u *UI) endpoint(name string) (string, http.HandlerFunc) {
 	switch name {
 	case "session":
-		if r.Method != http.MethodGet {
-			methodNotAllowed(w, "GET")
-			return
-		}
-		u.handleSession(w, r)
-		return
+		return http.MethodGet, u.handleSession
 	case "login":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
-			return
-		}
-		u.handleLogin(w, r)
-		return
+		return http.MethodPost, u.handleLogin
 	case "logout":
-		if r.Method != http.MethodPost {
-			methodNotAllowed(w, "POST")
+		return http.MethodPost, u.handleLogout
+	}
+	return "", nil
+}
+
+func (u *UI) serveUI(w http.ResponseWriter, r *http.Request, name string) {
+	if method, h := u.endpoint(name); h != nil {
+		if r.Method != method {
+			methodNotAllowed(w, method)
 			return
 		}
-		u.handleLogout(w, r)
+		h(w, r)
 		return
 	}
 	f, ok := u.assets.files[name]
@@ -182,11 +180,18 @@ func (u *UI) serveUI(w http.ResponseWriter, r *http.Request, name string) {
 		writeError(w, http.StatusNotFound, "not_found", "no such file in the web UI: /ui/"+name)
 		return
 	}
+	if getOrHead(w, r) {
+		f.serve(w, r, r.URL.Query().Get("v") == f.hash)
+	}
+}
+
+// getOrHead reports whether r is a GET or a HEAD, answering 405 when not.
+func getOrHead(w http.ResponseWriter, r *http.Request) bool {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		methodNotAllowed(w, "GET, HEAD")
-		return
+		return false
 	}
-	f.serve(w, r, r.URL.Query().Get("v") == f.hash)
+	return true
 }
 
 // serveAPI passes r to api. A request that carries no Authorization but a
