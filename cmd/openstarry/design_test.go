@@ -10,32 +10,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
-
-// syncBuffer is a bytes.Buffer safe to read while a server writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestDesignServeRefusesInvalid(t *testing.T) {
 	broken := filepath.Join("..", "..", "core", "design", "testdata", "broken")
@@ -69,7 +51,7 @@ func TestDesignServeServes(t *testing.T) {
 	copyShipped(t, dir, "master.json", "worker.json", "echo.json")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	done := make(chan error, 1)
 	go func() {
 		done <- runDesignServe(ctx, out, io.Discard, zerolog.Nop(), designServeFlags{dir: dir, listen: "127.0.0.1:0", shutdown: time.Second})

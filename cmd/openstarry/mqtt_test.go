@@ -16,6 +16,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -217,7 +218,7 @@ func TestMQTTKillAfterAck(t *testing.T) {
 		// DATA/broker.db. The observer's session must exist first, so the
 		// first start is made before the collector subscribes.
 		data := t.TempDir()
-		listen := fmt.Sprintf("127.0.0.1:%d", mqtttest.FreePort(t))
+		listen := fmt.Sprintf("127.0.0.1:%d", loopback.FreePort(t))
 		first := runAgentMQTT(t, "k", data, "--broker-listen", listen)
 		url := embeddedURL(t, first)
 		starts := 0
@@ -451,7 +452,7 @@ func startChildEnv(t *testing.T, env []string, args ...string) *child {
 // TestMQTTUnreachableHubIsNotFatal: with the hub down at startup the agent
 // runs (HTTP tasks work), retries, and connects once the hub appears.
 func TestMQTTUnreachableHubIsNotFatal(t *testing.T) {
-	port := mqtttest.FreePort(t)
+	port := loopback.FreePort(t)
 	url := fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	data := t.TempDir()
 	c := startChild(t, true, "run", "--agent", "late", "--device", mqttDevice, "--listen", "127.0.0.1:0", "--data", data, "--broker", url)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io/fs"
 	"math/rand/v2"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/internal/crashseed"
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/powercut"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
@@ -416,12 +416,7 @@ func TestPowerCutDaemon(t *testing.T) {
 		cycles = 300
 	}
 	pc, data, seed := newPowerCutData(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
+	port := loopback.FreePort(t)
 	cfg := daemonConfig(t, data, fmt.Sprintf("mqtt:\n  broker_listen: 127.0.0.1:%d\n  device: %s\n", port, mqttDevice))
 	var masterPID int
 	tgt := tortured{

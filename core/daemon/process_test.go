@@ -1,19 +1,19 @@
 package daemon
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 )
 
 // TestMain doubles as the fake agent process of the ExecLauncher tests.
@@ -54,23 +54,6 @@ func helper(mode string) {
 	}
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func launchHelper(t *testing.T, mode string, sink io.Writer) Process {
 	t.Helper()
 	exe, err := os.Executable()
@@ -96,7 +79,7 @@ func waitDone(t *testing.T, p Process) {
 }
 
 func TestExecLauncherReadyAndTerminate(t *testing.T) {
-	sink := &syncBuf{}
+	sink := &logbuf.Buffer{}
 	p := launchHelper(t, "ready", sink)
 	select {
 	case addr := <-p.Ready():
@@ -141,7 +124,7 @@ func TestExecLauncherStdinEOF(t *testing.T) {
 }
 
 func TestExecLauncherFailure(t *testing.T) {
-	sink := &syncBuf{}
+	sink := &logbuf.Buffer{}
 	p := launchHelper(t, "fail", sink)
 	waitDone(t, p)
 	if p.ExitCode() != 1 || p.LastError() != "template master: boom" || p.ExitError() == nil {

@@ -1,15 +1,15 @@
 package design
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 )
 
 // tmpl returns a valid template's JSON; mods edit the document first.
@@ -60,22 +60,7 @@ func writeFiles(t testing.TB, dir string, files map[string][]byte) {
 }
 
 // logBuffer is a goroutine-safe buffer for a zerolog.Logger.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type logBuffer struct{ logbuf.Buffer }
 
 // lines returns the decoded log lines at level (all when level is "").
 func (b *logBuffer) lines(t testing.TB, level string) []map[string]any {

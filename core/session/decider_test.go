@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestDecidedBy(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	m := openManager(t, data, logs)
 	m.SetAgents(newAgentsFake())
 	v, err := m.CreateProject(ctx, plan(t, `{"name":"gates","tasks":[

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -59,24 +60,7 @@ func (a *agentsFake) count(id string) int {
 	return a.runs[id]
 }
 
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func openManager(t *testing.T, data string, logs *logBuf) *Manager {
+func openManager(t *testing.T, data string, logs *logbuf.Buffer) *Manager {
 	t.Helper()
 	m, err := Open(context.Background(), Options{Data: data, Log: zerolog.New(logs), PollInterval: 5 * time.Millisecond,
 		CheckpointInterval: 20 * time.Millisecond})
@@ -121,7 +105,7 @@ func taskOf(t *testing.T, m *Manager, p, id string) PlanTask {
 func TestPlanWithApprovalGate(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	m := openManager(t, data, logs)
 	defer m.Close(true)
 	ag := newAgentsFake()
@@ -220,7 +204,7 @@ func checkModes(t *testing.T, data string) {
 func TestFailureBlocksDependentsAndResume(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	m := openManager(t, data, logs)
 	ag := newAgentsFake()
 	ag.fail["task_p1_design_001"] = true
@@ -277,7 +261,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 func TestScanAndCrash(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	m := openManager(t, data, logs)
 	ag := newAgentsFake()
 	ag.crash = make(chan struct{})
@@ -314,7 +298,7 @@ func TestScanAndCrash(t *testing.T) {
 func TestRebuildAndDamagedFiles(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	logs := &logBuf{}
+	logs := &logbuf.Buffer{}
 	m := openManager(t, data, logs)
 	m.SetAgents(newAgentsFake())
 	v, err := m.CreateProject(ctx, plan(t, sixTasks))
@@ -373,7 +357,7 @@ func TestRebuildAndDamagedFiles(t *testing.T) {
 }
 
 func mustView(t *testing.T, data, id string) *ProjectView {
-	m := openManager(t, data, &logBuf{})
+	m := openManager(t, data, &logbuf.Buffer{})
 	defer m.Close(false)
 	return viewOf(t, m, id)
 }
@@ -389,7 +373,7 @@ func viewOf(t *testing.T, m *Manager, id string) *ProjectView {
 func TestCheckpointInterval(t *testing.T) {
 	ctx := context.Background()
 	data := t.TempDir()
-	m := openManager(t, data, &logBuf{})
+	m := openManager(t, data, &logbuf.Buffer{})
 	defer m.Close(true)
 	m.SetAgents(newAgentsFake())
 	v, err := m.CreateProject(ctx, plan(t, `{"name":"x","tasks":[{"phase":1,"type":"a","approval":true}]}`))
@@ -408,7 +392,7 @@ func TestCheckpointInterval(t *testing.T) {
 
 func TestAPIErrors(t *testing.T) {
 	ctx := context.Background()
-	m := openManager(t, t.TempDir(), &logBuf{})
+	m := openManager(t, t.TempDir(), &logbuf.Buffer{})
 	defer m.Close(true)
 	m.SetAgents(newAgentsFake())
 	mux := http.NewServeMux()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/storage/redis/redistest"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
@@ -158,7 +159,7 @@ func TestServerDown(t *testing.T) {
 }
 
 func TestOpenUnreachable(t *testing.T) {
-	port := redistest.FreePort(t)
+	port := loopback.FreePort(t)
 	_, err := Open(ctx, fmt.Sprintf("redis://127.0.0.1:%d/0?dial_timeout=1s", port), Options{})
 	if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), fmt.Sprint(port)) {
 		t.Fatalf("Open of a closed port: %v", err)

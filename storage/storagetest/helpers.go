@@ -6,11 +6,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"testing"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 )
 
 // MustEqual fails the test unless got's contract JSON (agent.Encode) is,
@@ -31,36 +30,7 @@ func MustEqual(t testing.TB, got, want *agent.Snapshot) {
 
 // LogBuffer collects the lines a store logs (zerolog.New(&buf)), for a test
 // to inspect. It is safe for concurrent use. The zero value is empty.
-type LogBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-// Write appends p.
-func (l *LogBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// String returns everything written so far.
-func (l *LogBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// Lines returns the JSON log lines of level ("warn", "info") that contain
-// substr ("" for all of them).
-func (l *LogBuffer) Lines(level, substr string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		if strings.Contains(line, `"level":"`+level+`"`) && strings.Contains(line, substr) {
-			out = append(out, line)
-		}
-	}
-	return out
-}
+type LogBuffer = logbuf.Buffer
 
 // Gunzip writes the gzip file src (a store written by an earlier version,
 // kept in testdata/) uncompressed to dst, creating dst's directory.

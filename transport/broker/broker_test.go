@@ -10,13 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -183,10 +182,9 @@ func TestBrokerUsersFile(t *testing.T) {
 // at warn with its user name, so an operator sees why a hub cannot log in.
 func TestBrokerRefusalLogged(t *testing.T) {
 	h, _ := HashPassword("dev1-pw")
-	var mu sync.Mutex
-	var buf bytes.Buffer
+	var buf logbuf.Buffer
 	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Users: []User{{Username: "dev1", PasswordHash: h}},
-		Log: zerolog.New(lockedWriter{&mu, &buf}).Level(zerolog.InfoLevel)})
+		Log: zerolog.New(&buf).Level(zerolog.InfoLevel)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +194,7 @@ func TestBrokerRefusalLogged(t *testing.T) {
 	}
 	var logs string
 	if wait.Poll(5*time.Second, func() error {
-		mu.Lock()
 		logs = buf.String()
-		mu.Unlock()
 		if strings.Contains(logs, `"level":"warn"`) && strings.Contains(logs, "refused client: bad user name or password") &&
 			strings.Contains(logs, `"username":"dev1"`) {
 			return nil
@@ -207,22 +203,9 @@ func TestBrokerRefusalLogged(t *testing.T) {
 	}) != nil {
 		t.Fatalf("no warning for the refused client at info level:\n%s", logs)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if strings.Contains(buf.String(), `"level":"debug"`) {
 		t.Fatalf("debug lines at info level:\n%s", buf.String())
 	}
-}
-
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestBrokerAuthAndACL(t *testing.T) {

@@ -19,9 +19,9 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
-	"github.com/openstarry/openstarry-edge/storage/storagetest"
 	"github.com/openstarry/openstarry-edge/transport/llm"
 	"github.com/openstarry/openstarry-edge/transport/llm/llmtest"
 )
@@ -36,7 +36,7 @@ type rig struct {
 	rt    *agent.Runtime
 	tmpl  *design.Template
 	a     host.Agent
-	log   storagetest.LogBuffer // what the agent logged, across restarts
+	log   logbuf.Buffer // what the agent logged, across restarts
 }
 
 func (r *rig) logs() string { return r.log.String() }
@@ -101,20 +101,12 @@ func (r *rig) submit(id string, input any) {
 
 func (r *rig) wait(id string) agent.TaskState {
 	r.t.Helper()
-	var st agent.TaskState
-	wait.Until(r.t, 20*time.Second, "task "+id+" to finish", func() error {
-		s, ok, err := r.rt.TaskState(context.Background(), id)
-		switch {
-		case err != nil:
-			r.t.Fatal(err)
-		case !ok:
-			return errors.New("unknown")
-		case !s.Final():
-			return errors.New(s.Status)
-		}
-		st = s
-		return nil
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, ok, err := r.rt.WaitTask(ctx, id)
+	if err != nil || !ok || !st.Final() {
+		r.t.Fatalf("task %s did not finish: %+v (known %v, %v)", id, st, ok, err)
+	}
 	return st
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/broker"
@@ -349,7 +350,7 @@ func TestMQTTBrokerRestart(t *testing.T) {
 // TestMQTTResultsWaitForTheBroker: results produced while the broker was
 // never reachable are delivered, in order, once it appears.
 func TestMQTTResultsWaitForTheBroker(t *testing.T) {
-	port := mqtttest.FreePort(t)
+	port := loopback.FreePort(t)
 	url := fmt.Sprintf("tcp://127.0.0.1:%d", port)
 	a := startAgent(t, agentOpts{brokerURL: url})
 	for i := range 5 {

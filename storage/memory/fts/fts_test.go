@@ -3,7 +3,6 @@ package fts_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/memory"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/storage/memory/fts"
 )
@@ -208,20 +206,12 @@ func TestSnapshotDoesNotGrowWithMemory(t *testing.T) {
 		if r := rt.Submit(ctx, ev); r.Err != nil {
 			t.Fatal(r.Err)
 		}
-		var st agent.TaskState
-		wait.Until(t, 10*time.Second, "task "+id+" to finish", func() error {
-			s, ok, err := rt.TaskState(ctx, id)
-			switch {
-			case err != nil:
-				t.Fatal(err)
-			case !ok:
-				return errors.New("unknown")
-			case !s.Final():
-				return errors.New(s.Status)
-			}
-			st = s
-			return nil
-		})
+		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		st, ok, err := rt.WaitTask(wctx, id)
+		if err != nil || !ok || !st.Final() {
+			t.Fatalf("task %s did not finish: %+v (known %v, %v)", id, st, ok, err)
+		}
 		return st
 	}
 	snapBytes := func() int {

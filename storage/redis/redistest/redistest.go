@@ -23,6 +23,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -59,7 +60,7 @@ func Start(t testing.TB, fsync string) *Server {
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), fsync: fsync}
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port can be taken between picking and binding it
-		s.port = FreePort(t)
+		s.port = loopback.FreePort(t)
 		if lastErr = s.start(); lastErr == nil {
 			t.Cleanup(s.Kill)
 			return s
@@ -67,17 +68,6 @@ func Start(t testing.TB, fsync string) *Server {
 	}
 	t.Fatalf("redis-server did not start: %v", lastErr)
 	return nil
-}
-
-// FreePort returns a loopback TCP port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // start runs the server on s.port and s.dir and waits for PING.

@@ -28,6 +28,7 @@ import (
 
 	paho "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -50,17 +51,6 @@ func Binary(t testing.TB, name string) string {
 	}
 	t.Fatalf("%s is not installed (apt-get install mosquitto mosquitto-clients); set OPENSTARRY_SKIP_MOSQUITTO=1 to skip this test", name)
 	return ""
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Options configure a Mosquitto.
@@ -103,7 +93,7 @@ type Mosquitto struct {
 // Mosquitto on a free loopback port until the test ends.
 func StartMosquitto(t testing.TB, o Options) *Mosquitto {
 	t.Helper()
-	return StartMosquittoOnPort(t, FreePort(t), o)
+	return StartMosquittoOnPort(t, loopback.FreePort(t), o)
 }
 
 // StartMosquittoOnPort is StartMosquitto on a given port.
