@@ -67,6 +67,9 @@ func openManager(t *testing.T, data string, logs *logbuf.Buffer) *Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stopped before t.TempDir is removed: a dispatcher still writing a
+	// checkpoint would leave the directory not empty. Close is idempotent.
+	t.Cleanup(func() { _ = m.Close(false) })
 	return m
 }
 
