@@ -42,6 +42,13 @@ func chromiumPath(t testing.TB) string {
 // with a width×height window. It is killed when the test ends.
 func newBrowser(t testing.TB, width, height int) *browser {
 	t.Helper()
+	// Not a t.TempDir: Chromium's helper processes may still write to the
+	// profile for a moment after the browser exits, which a single
+	// RemoveAll at the test's end would trip over.
+	profile, err := os.MkdirTemp("", "chromium-profile-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(chromiumPath(t)),
 		chromedp.Headless,
@@ -49,7 +56,7 @@ func newBrowser(t testing.TB, width, height int) *browser {
 		chromedp.DisableGPU,
 		chromedp.NoFirstRun,
 		chromedp.NoDefaultBrowserCheck,
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(width, height),
 		chromedp.Flag("disable-quic", true),
 		chromedp.Flag("disable-background-networking", true),
@@ -71,7 +78,13 @@ func newBrowser(t testing.TB, width, height int) *browser {
 	}
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelB := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	t.Cleanup(func() { cancelB(); cancelA() })
+	t.Cleanup(func() {
+		cancelB()
+		cancelA()
+		if err := wait.Poll(10*time.Second, func() error { return os.RemoveAll(profile) }); err != nil {
+			t.Errorf("removing the browser profile: %v", err)
+		}
+	})
 	// The first Run launches the browser and ties it to ctx: a context
 	// with a deadline here would close it when the deadline passed.
 	if err := chromedp.Run(ctx); err != nil {
