@@ -70,16 +70,21 @@ func startDaemon(t *testing.T, cfgPath string) *child {
 
 func daemonStatus(t *testing.T, data string) *control.Status {
 	t.Helper()
-	c, err := control.Discover(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	st, err := c.Status(context.Background())
+	st, err := tryStatus(data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// tryStatus asks the daemon on data for its status.
+func tryStatus(data string) (*control.Status, error) {
+	c, err := control.Discover(data)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.Status(context.Background())
 }
 
 func agentInfo(st *control.Status, id string) (control.AgentInfo, bool) {
@@ -91,12 +96,17 @@ func agentInfo(st *control.Status, id string) (control.AgentInfo, bool) {
 	return control.AgentInfo{}, false
 }
 
-// waitAgent polls the status until cond holds for agent id.
+// waitAgent polls the status until cond holds for agent id (a daemon that
+// does not answer yet is asked again).
 func waitAgent(t *testing.T, data, id string, timeout time.Duration, cond func(control.AgentInfo) bool) control.AgentInfo {
 	t.Helper()
 	var last control.AgentInfo
 	err := wait.Poll(timeout, func() error {
-		a, ok := agentInfo(daemonStatus(t, data), id)
+		st, err := tryStatus(data)
+		if err != nil {
+			return err
+		}
+		a, ok := agentInfo(st, id)
 		if !ok {
 			return errors.New("not in the status")
 		}
@@ -107,7 +117,7 @@ func waitAgent(t *testing.T, data, id string, timeout time.Duration, cond func(c
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("agent %s: condition not met within %s; last %+v", id, timeout, last)
+		t.Fatalf("agent %s: condition not met within %s (%v); last %+v", id, timeout, err, last)
 	}
 	return last
 }
