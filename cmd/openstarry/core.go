@@ -39,7 +39,7 @@ agent.`,
 			if !design.IsFile(f.template) {
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
-			f.mqtt.daemonChild = true
+			f.daemonChild = true
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
