@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
-	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/plugin"
@@ -23,15 +22,14 @@ const (
 	exitLocked  = 3 // another process runs this agent
 )
 
+// runFlags are the flags of run and core: their own, and those of the
+// keys data, store, design.* and mqtt.*.
 type runFlags struct {
 	agent    string
 	template string
-	data     string
-	store    string
 	listen   string
 	token    string
-	design   designFlags
-	mqtt     mqttFlags
+	keys     *keyFlags
 	// daemonChild and hooks are set by `openstarry core` (the daemon's
 	// agents), never by flags.
 	daemonChild bool
@@ -58,14 +56,14 @@ func init() {
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", envOr("OPENSTARRY_AGENT", ""), "agent id (env OPENSTARRY_AGENT)")
 	fl.StringVar(&f.template, "template", envOr("OPENSTARRY_TEMPLATE", "echo"), "template name or path to a template .json (env OPENSTARRY_TEMPLATE)")
-	fl.StringVar(&f.data, "data", envOr("OPENSTARRY_DATA", "./data"), "data directory (env OPENSTARRY_DATA)")
-	fl.StringVar(&f.store, "store", envOr("OPENSTARRY_STORE", ""), "snapshot store URL; default the template's, else bbolt:// under the data directory (env OPENSTARRY_STORE)")
 	fl.StringVar(&f.listen, "listen", envOr("OPENSTARRY_LISTEN", "127.0.0.1:7777"), "HTTP listen address; empty disables HTTP (env OPENSTARRY_LISTEN)")
 	fl.StringVar(&f.token, "token", envOr("OPENSTARRY_API_TOKEN", ""), "bearer token required for HTTP requests from off loopback (env OPENSTARRY_API_TOKEN)")
-	f.design.bind(fl)
-	f.mqtt.bind(fl)
+	f.keys = bindKeys(fl, runKeys...)
 	rootCmd.AddCommand(cmd)
 }
+
+// runKeys are the configuration keys an agent process takes as flags.
+var runKeys = []string{"data", "store", "design", "mqtt"}
 
 // openStore opens the store named by url, or the default bbolt store under
 // dataDir.
@@ -93,13 +91,15 @@ func runAgent(ctx context.Context, f runFlags) error {
 	if f.listen != "" && f.token == "" && !loopbackAddr(f.listen) {
 		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_API_TOKEN) so the API is not open to the network", f.listen)
 	}
-	cfg := config.Default()
-	cfg.Data, cfg.Store, cfg.MQTT = f.data, f.store, f.mqtt.config()
-	err := host.Run(ctx, host.Options{
+	cfg, err := f.keys.config()
+	if err != nil {
+		return err
+	}
+	err = host.Run(ctx, host.Options{
 		AgentID:  f.agent,
 		Template: f.template,
 		Resolve: func(ctx context.Context, nameOrFile string) (*design.Resolved, error) {
-			return f.design.resolveTemplate(ctx, nameOrFile, f.data)
+			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data)
 		},
 		Config: cfg,
 		Listen: f.listen,

@@ -111,9 +111,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) erro
 // telemetry riding on its connection), and the web UI on the HTTP
 // listener. The agents' log lines go to childLog.
 func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, childLog io.Writer) error {
-	df := designFlags{url: cfg.Design.URL, timeout: cfg.Design.Timeout, retries: cfg.Design.Retries,
-		trustedKeys: cfg.Design.TrustedKeys, templates: cfg.Design.Templates}
-	res, err := df.resolver(cfg.Data)
+	res, err := templateResolver(cfg.Design, cfg.Data)
 	if err != nil {
 		return err
 	}

@@ -220,3 +220,41 @@ func TestConfigurationDocTable(t *testing.T) {
 		}
 	}
 }
+
+// TestShippedFileKeys: every setting of the shipped file is a key of the
+// table, and every key of the table is in the file (TestShippedFile checks
+// the values).
+func TestShippedFileKeys(t *testing.T) {
+	data, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	inFile := map[string]bool{}
+	var walk func(prefix string, n *yaml.Node)
+	walk = func(prefix string, n *yaml.Node) {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			name := n.Content[i].Value
+			if prefix != "" {
+				name = prefix + "." + name
+			}
+			if v := n.Content[i+1]; v.Kind == yaml.MappingNode {
+				walk(name, v)
+				continue
+			}
+			inFile[name] = true
+			if _, ok := Lookup(name); !ok {
+				t.Errorf("%s holds %s, which is not a key", shipped, name)
+			}
+		}
+	}
+	walk("", doc.Content[0])
+	for _, k := range Keys {
+		if !inFile[k.Name] {
+			t.Errorf("%s lacks the key %s", shipped, k.Name)
+		}
+	}
+}

@@ -1,7 +1,13 @@
 // Package host is the Host of the Host Bootstrapping pattern: it reads a
 // frozen blueprint, instantiates the plugins it names (brain, tools, store)
-// and hands them to a pure kernel runtime. The kernel never reads
+// and hands them to a pure kernel runtime (Start). The kernel never reads
 // configuration itself.
+//
+// Run is the whole life of one agent process (`openstarry run`, and
+// `openstarry core` under the daemon): the one-process-per-agent lock is
+// taken before anything else starts, the task transport (transport.mqtt)
+// and the store come from the plugin registry, and a signal ends it after
+// the current tick.
 package host
 
 import (

@@ -176,28 +176,19 @@ func (m *Infra) connect() error {
 	return nil
 }
 
-// AgentArgs hands mqtt.* to an agent as the flags of `openstarry run`.
-// Workers never take fleet tasks: those are the master's to delegate.
+// AgentArgs hands mqtt.* to an agent as the flags of `openstarry run`,
+// encoded by the configuration table (config.Config.AgentArgs): the
+// broker's URL as it was started, the device id as resolved, the password
+// in the environment. Workers never take fleet tasks: those are the
+// master's to delegate.
 func (m *Infra) AgentArgs(agentID, role string) (args, env []string) {
-	if m.cfg.Disabled {
-		return []string{"--no-mqtt"}, nil
+	c := config.Config{MQTT: config.MQTT{Disabled: true}}
+	if !m.cfg.Disabled {
+		c.MQTT = m.cfg
+		c.MQTT.Broker, c.MQTT.Device = m.url, m.device
+		c.MQTT.NoFleet = m.cfg.NoFleet || role != design.RoleMaster
 	}
-	args = []string{"--broker", m.url, "--device", m.device, "--topic-prefix", m.cfg.TopicPrefix, "--fleet-group", m.cfg.FleetGroup}
-	if role != design.RoleMaster || m.cfg.NoFleet {
-		args = append(args, "--no-fleet")
-	}
-	if m.cfg.Username != "" {
-		args = append(args, "--mqtt-username", m.cfg.Username)
-	}
-	if m.cfg.Password != "" {
-		env = append(env, "OPENSTARRY_MQTT_PASSWORD="+m.cfg.Password)
-	}
-	for _, f := range []struct{ flag, v string }{{"--mqtt-ca", m.cfg.CA}, {"--mqtt-cert", m.cfg.Cert}, {"--mqtt-key", m.cfg.Key}} {
-		if f.v != "" {
-			args = append(args, f.flag, f.v)
-		}
-	}
-	return args, env
+	return c.AgentArgs()
 }
 
 // publishStatus publishes the device online, with its running agents,
