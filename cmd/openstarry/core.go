@@ -39,7 +39,7 @@ agent.`,
 			if !design.IsFile(f.template) {
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
-			f.mqtt.daemonChild = true
+			f.daemonChild = true
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
@@ -56,12 +56,9 @@ agent.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", "agent id")
 	fl.StringVar(&f.template, "template", "", "frozen blueprint file")
-	fl.StringVar(&f.data, "data", "./data", "data directory")
-	fl.StringVar(&f.store, "store", "", "snapshot store URL; default the template's, else bbolt:// under the data directory")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
-	f.design.bind(fl)
-	f.mqtt.bind(fl)
+	f.keys = bindKeys(fl, runKeys...)
 	rootCmd.AddCommand(cmd)
 }
 

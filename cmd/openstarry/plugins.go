@@ -1,6 +1,8 @@
 package main
 
-// The concrete plugins of this binary. Nothing else in the tree names them.
+// The concrete plugins of this binary. Nothing else in the tree names them:
+// the agent process (core/host) finds its MQTT transport, and the transport
+// its embedded broker, through the registry.
 // bbolt, the default store, is always in; each other store has a build tag
 // that leaves it out of a smaller binary (plugins_*.go):
 //
@@ -10,6 +12,8 @@ package main
 import (
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
+	_ "github.com/openstarry/openstarry-edge/transport/broker"
 	_ "github.com/openstarry/openstarry-edge/transport/llm"
+	_ "github.com/openstarry/openstarry-edge/transport/mqtt"
 	_ "github.com/openstarry/openstarry-edge/transport/webhook"
 )

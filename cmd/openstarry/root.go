@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
-	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -50,8 +48,8 @@ var (
 
 func init() {
 	pf := rootCmd.PersistentFlags()
-	pf.StringVar(&global.logLevel, "log-level", envOr("OPENSTARRY_LOG_LEVEL", "info"), "log level: trace, debug, info, warn, error (env OPENSTARRY_LOG_LEVEL)")
-	pf.StringVar(&global.logFormat, "log-format", envOr("OPENSTARRY_LOG_FORMAT", ""), "log format: json or console; default console on a terminal (env OPENSTARRY_LOG_FORMAT)")
+	bindKeyString(pf, &global.logLevel, "log.level", "log level: trace, debug, info, warn, error")
+	bindKeyString(pf, &global.logFormat, "log.format", "log format: json or console; default console on a terminal")
 }
 
 // logger returns the process logger, writing to stderr.
@@ -78,37 +76,4 @@ func execute(args []string) int {
 		return ee.code
 	}
 	return 1
-}
-
-func envInt(key string, def int) int {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
-		var n int
-		if _, err := fmt.Sscan(v, &n); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(key); ok && v != "" {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
-
-func envList(key string) []string {
-	v := os.Getenv(key)
-	if v == "" {
-		return nil
-	}
-	var out []string
-	for _, s := range strings.Split(v, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			out = append(out, s)
-		}
-	}
-	return out
 }

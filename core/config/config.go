@@ -104,39 +104,46 @@ type Key struct {
 	Default string // as text, parsed like an environment value
 	Doc     string
 	Secret  bool // never printed
-	field   func(c *Config) any
+	// Flag is the key's command-line flag in `openstarry run` and
+	// `openstarry core` (without the dashes); "" for a key of the daemon
+	// alone.
+	Flag string
+	// Agent marks a key the daemon hands to its agent processes, as Flag
+	// or, when Secret, in Env (AgentArgs).
+	Agent bool
+	field func(c *Config) any
 }
 
 // Keys lists every setting, in the order of the shipped file. The names of
 // the environment variables are those `openstarry run` already reads where
 // the setting is the same one (OPENSTARRY_BROKER, OPENSTARRY_DEVICE, ...).
 var Keys = []Key{
-	{Name: "data", Env: "OPENSTARRY_DATA", Default: "./data", Doc: "data directory: agent stores, the template cache, run/ (control socket, frozen blueprints)", field: func(c *Config) any { return &c.Data }},
-	{Name: "store", Env: "OPENSTARRY_STORE", Doc: "snapshot store URL (bbolt://, sqlite://, file://, redis://); empty: bbolt:// under the data directory", field: func(c *Config) any { return &c.Store }},
+	{Name: "data", Env: "OPENSTARRY_DATA", Default: "./data", Doc: "data directory: agent stores, the template cache, run/ (control socket, frozen blueprints)", Flag: "data", field: func(c *Config) any { return &c.Data }},
+	{Name: "store", Env: "OPENSTARRY_STORE", Doc: "snapshot store URL (bbolt://, sqlite://, file://, redis://); empty: bbolt:// under the data directory", Flag: "store", field: func(c *Config) any { return &c.Store }},
 
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
 	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
 
-	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", field: func(c *Config) any { return &c.Design.URL }},
-	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", field: func(c *Config) any { return &c.Design.Timeout }},
-	{Name: "design.retries", Env: "OPENSTARRY_DESIGN_RETRIES", Default: "3", Doc: "retries of a failed design layer request before the cached copy is used (0: none)", field: func(c *Config) any { return &c.Design.Retries }},
-	{Name: "design.trusted_keys", Env: "OPENSTARRY_DESIGN_TRUSTED_KEYS", Doc: "ed25519 public keys (base64 or .pub file paths) one of which must have signed templates from the design layer; env: comma-separated", field: func(c *Config) any { return &c.Design.TrustedKeys }},
-	{Name: "design.templates", Env: "OPENSTARRY_TEMPLATES", Doc: "local template directory; empty: DATA/templates", field: func(c *Config) any { return &c.Design.Templates }},
+	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", Flag: "design-url", field: func(c *Config) any { return &c.Design.URL }},
+	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", Flag: "design-timeout", field: func(c *Config) any { return &c.Design.Timeout }},
+	{Name: "design.retries", Env: "OPENSTARRY_DESIGN_RETRIES", Default: "3", Doc: "retries of a failed design layer request before the cached copy is used (0: none)", Flag: "design-retries", field: func(c *Config) any { return &c.Design.Retries }},
+	{Name: "design.trusted_keys", Env: "OPENSTARRY_DESIGN_TRUSTED_KEYS", Doc: "ed25519 public keys (base64 or .pub file paths) one of which must have signed templates from the design layer; env: comma-separated", Flag: "trusted-key", field: func(c *Config) any { return &c.Design.TrustedKeys }},
+	{Name: "design.templates", Env: "OPENSTARRY_TEMPLATES", Doc: "local template directory; empty: DATA/templates", Flag: "templates", field: func(c *Config) any { return &c.Design.Templates }},
 
-	{Name: "mqtt.disabled", Env: "OPENSTARRY_NO_MQTT", Default: "false", Doc: "no MQTT at all: no embedded broker, agents take tasks over HTTP only", field: func(c *Config) any { return &c.MQTT.Disabled }},
-	{Name: "mqtt.broker", Env: "OPENSTARRY_BROKER", Doc: "hub broker URL (tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]); empty: the daemon starts the embedded broker", field: func(c *Config) any { return &c.MQTT.Broker }},
-	{Name: "mqtt.broker_listen", Env: "OPENSTARRY_BROKER_LISTEN", Default: "127.0.0.1:1883", Doc: "address of the embedded broker (when mqtt.broker is empty); port 0 picks a free one", field: func(c *Config) any { return &c.MQTT.BrokerListen }},
-	{Name: "mqtt.broker_users", Env: "OPENSTARRY_BROKER_USERS", Doc: "JSON users file of the embedded broker (hashed passwords, device ACLs); without it only loopback clients connect", field: func(c *Config) any { return &c.MQTT.BrokerUsers }},
-	{Name: "mqtt.device", Env: "OPENSTARRY_DEVICE", Doc: "device id in the topics; empty: the host name", field: func(c *Config) any { return &c.MQTT.Device }},
-	{Name: "mqtt.topic_prefix", Env: "OPENSTARRY_MQTT_TOPIC_PREFIX", Default: "openstarry", Doc: "first level of every topic", field: func(c *Config) any { return &c.MQTT.TopicPrefix }},
-	{Name: "mqtt.fleet_group", Env: "OPENSTARRY_MQTT_FLEET_GROUP", Default: "openstarry", Doc: "shared-subscription group of the fleet task topic (the master takes fleet tasks, workers never do)", field: func(c *Config) any { return &c.MQTT.FleetGroup }},
-	{Name: "mqtt.no_fleet", Env: "OPENSTARRY_MQTT_NO_FLEET", Default: "false", Doc: "the master does not take tasks from the fleet topic either", field: func(c *Config) any { return &c.MQTT.NoFleet }},
-	{Name: "mqtt.username", Env: "OPENSTARRY_MQTT_USERNAME", Doc: "MQTT user name", field: func(c *Config) any { return &c.MQTT.Username }},
-	{Name: "mqtt.password", Env: "OPENSTARRY_MQTT_PASSWORD", Doc: "MQTT password; handed to the agents through their environment, never on a command line", Secret: true, field: func(c *Config) any { return &c.MQTT.Password }},
-	{Name: "mqtt.ca", Env: "OPENSTARRY_MQTT_CA", Doc: "PEM file of the CA that signed the hub's certificate; empty: the system roots", field: func(c *Config) any { return &c.MQTT.CA }},
-	{Name: "mqtt.cert", Env: "OPENSTARRY_MQTT_CERT", Doc: "PEM client certificate for TLS", field: func(c *Config) any { return &c.MQTT.Cert }},
+	{Name: "mqtt.disabled", Env: "OPENSTARRY_NO_MQTT", Default: "false", Doc: "no MQTT at all: no embedded broker, agents take tasks over HTTP only", Flag: "no-mqtt", Agent: true, field: func(c *Config) any { return &c.MQTT.Disabled }},
+	{Name: "mqtt.broker", Env: "OPENSTARRY_BROKER", Doc: "hub broker URL (tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]); empty: the embedded broker, started by the daemon (or by run)", Flag: "broker", Agent: true, field: func(c *Config) any { return &c.MQTT.Broker }},
+	{Name: "mqtt.broker_listen", Env: "OPENSTARRY_BROKER_LISTEN", Default: "127.0.0.1:1883", Doc: "address of the embedded broker (when mqtt.broker is empty); port 0 picks a free one; when the default address is taken, the broker already listening there is used", Flag: "broker-listen", field: func(c *Config) any { return &c.MQTT.BrokerListen }},
+	{Name: "mqtt.broker_users", Env: "OPENSTARRY_BROKER_USERS", Doc: "JSON users file of the embedded broker (hashed passwords, device ACLs); without it only loopback clients connect", Flag: "broker-users", field: func(c *Config) any { return &c.MQTT.BrokerUsers }},
+	{Name: "mqtt.device", Env: "OPENSTARRY_DEVICE", Doc: "device id in the topics; empty: the host name", Flag: "device", Agent: true, field: func(c *Config) any { return &c.MQTT.Device }},
+	{Name: "mqtt.topic_prefix", Env: "OPENSTARRY_MQTT_TOPIC_PREFIX", Default: "openstarry", Doc: "first level of every topic", Flag: "topic-prefix", Agent: true, field: func(c *Config) any { return &c.MQTT.TopicPrefix }},
+	{Name: "mqtt.fleet_group", Env: "OPENSTARRY_MQTT_FLEET_GROUP", Default: "openstarry", Doc: "shared-subscription group of the fleet task topic (the master takes fleet tasks, workers never do)", Flag: "fleet-group", Agent: true, field: func(c *Config) any { return &c.MQTT.FleetGroup }},
+	{Name: "mqtt.no_fleet", Env: "OPENSTARRY_MQTT_NO_FLEET", Default: "false", Doc: "take no tasks from the fleet topic (under the daemon workers never do; this stops the master too)", Flag: "no-fleet", Agent: true, field: func(c *Config) any { return &c.MQTT.NoFleet }},
+	{Name: "mqtt.username", Env: "OPENSTARRY_MQTT_USERNAME", Doc: "MQTT user name", Flag: "mqtt-username", Agent: true, field: func(c *Config) any { return &c.MQTT.Username }},
+	{Name: "mqtt.password", Env: "OPENSTARRY_MQTT_PASSWORD", Doc: "MQTT password; handed to the agents through their environment, never on a command line", Secret: true, Flag: "mqtt-password", Agent: true, field: func(c *Config) any { return &c.MQTT.Password }},
+	{Name: "mqtt.ca", Env: "OPENSTARRY_MQTT_CA", Doc: "PEM file of the CA that signed the hub's certificate; empty: the system roots", Flag: "mqtt-ca", Agent: true, field: func(c *Config) any { return &c.MQTT.CA }},
+	{Name: "mqtt.cert", Env: "OPENSTARRY_MQTT_CERT", Doc: "PEM client certificate for TLS", Flag: "mqtt-cert", Agent: true, field: func(c *Config) any { return &c.MQTT.Cert }},
 	{Name: "mqtt.telemetry_interval", Env: "OPENSTARRY_MQTT_TELEMETRY_INTERVAL", Default: "1m", Doc: "how often the device's retained telemetry is published ({prefix}/{device}/telemetry), besides every agent state change", field: func(c *Config) any { return &c.MQTT.TelemetryInterval }},
-	{Name: "mqtt.key", Env: "OPENSTARRY_MQTT_KEY", Doc: "PEM key of mqtt.cert", field: func(c *Config) any { return &c.MQTT.Key }},
+	{Name: "mqtt.key", Env: "OPENSTARRY_MQTT_KEY", Doc: "PEM key of mqtt.cert", Flag: "mqtt-key", Agent: true, field: func(c *Config) any { return &c.MQTT.Key }},
 
 	{Name: "supervise.backoff_initial", Env: "OPENSTARRY_SUPERVISE_BACKOFF_INITIAL", Default: "200ms", Doc: "wait before restarting a crashed agent; doubles with each restart in the crash-loop window, ±20% jitter", field: func(c *Config) any { return &c.Supervise.BackoffInitial }},
 	{Name: "supervise.backoff_max", Env: "OPENSTARRY_SUPERVISE_BACKOFF_MAX", Default: "30s", Doc: "longest wait before a restart", field: func(c *Config) any { return &c.Supervise.BackoffMax }},
@@ -151,8 +158,8 @@ var Keys = []Key{
 	{Name: "sessions.checkpoint_interval", Env: "OPENSTARRY_SESSIONS_CHECKPOINT_INTERVAL", Default: "5m", Doc: "how often an active session's state_checkpoint.json is written, besides task completion, approvals, errors and the session's end", field: func(c *Config) any { return &c.Sessions.CheckpointInterval }},
 	{Name: "sessions.auto_resume", Env: "OPENSTARRY_SESSIONS_AUTO_RESUME", Default: "false", Doc: "resume interrupted sessions at boot by themselves; off: an operator resumes them (API, `openstarry session resume`) after reading why they stopped", field: func(c *Config) any { return &c.Sessions.AutoResume }},
 
-	{Name: "log.level", Env: "OPENSTARRY_LOG_LEVEL", Default: "info", Doc: "trace, debug, info, warn or error (the agents get the same)", field: func(c *Config) any { return &c.Log.Level }},
-	{Name: "log.format", Env: "OPENSTARRY_LOG_FORMAT", Doc: "json or console; empty: console on a terminal, JSON otherwise (journal)", field: func(c *Config) any { return &c.Log.Format }},
+	{Name: "log.level", Env: "OPENSTARRY_LOG_LEVEL", Default: "info", Doc: "trace, debug, info, warn or error (the agents get the same)", Flag: "log-level", field: func(c *Config) any { return &c.Log.Level }},
+	{Name: "log.format", Env: "OPENSTARRY_LOG_FORMAT", Doc: "json or console; empty: console on a terminal, JSON otherwise (journal)", Flag: "log-format", field: func(c *Config) any { return &c.Log.Format }},
 }
 
 // ErrUnknownKey is wrapped by the error of a key the configuration does

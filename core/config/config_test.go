@@ -33,21 +33,9 @@ func TestShippedFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	present := map[string]bool{}
-	var walk func(prefix string, n *yaml.Node)
-	walk = func(prefix string, n *yaml.Node) {
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			name := n.Content[i].Value
-			if prefix != "" {
-				name = prefix + "." + name
-			}
-			if n.Content[i+1].Kind == yaml.MappingNode {
-				walk(name, n.Content[i+1])
-				continue
-			}
-			present[name] = true
-		}
+	for _, name := range yamlLeaves("", doc.Content[0]) {
+		present[name] = true
 	}
-	walk("", doc.Content[0])
 	for _, k := range Keys {
 		if !present[k.Name] {
 			t.Errorf("key %s is not in %s", k.Name, shipped)
@@ -219,4 +207,48 @@ func TestConfigurationDocTable(t *testing.T) {
 			t.Errorf("docs/configuration.md has no row for %s (%s)", k.Name, k.Env)
 		}
 	}
+}
+
+// TestShippedFileKeys: every setting of the shipped file is a key of the
+// table, and every key of the table is in the file (TestShippedFile checks
+// the values).
+func TestShippedFileKeys(t *testing.T) {
+	data, err := os.ReadFile(shipped)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	inFile := map[string]bool{}
+	for _, name := range yamlLeaves("", doc.Content[0]) {
+		inFile[name] = true
+		if _, ok := Lookup(name); !ok {
+			t.Errorf("%s holds %s, which is not a key", shipped, name)
+		}
+	}
+	for _, k := range Keys {
+		if !inFile[k.Name] {
+			t.Errorf("%s lacks the key %s", shipped, k.Name)
+		}
+	}
+}
+
+// yamlLeaves returns the dotted names of the settings (not the sections)
+// of a YAML mapping.
+func yamlLeaves(prefix string, n *yaml.Node) []string {
+	var out []string
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		name := n.Content[i].Value
+		if prefix != "" {
+			name = prefix + "." + name
+		}
+		if v := n.Content[i+1]; v.Kind == yaml.MappingNode {
+			out = append(out, yamlLeaves(name, v)...)
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }

@@ -1,7 +1,13 @@
 // Package host is the Host of the Host Bootstrapping pattern: it reads a
 // frozen blueprint, instantiates the plugins it names (brain, tools, store)
-// and hands them to a pure kernel runtime. The kernel never reads
+// and hands them to a pure kernel runtime (Start). The kernel never reads
 // configuration itself.
+//
+// Run is the whole life of one agent process (`openstarry run`, and
+// `openstarry core` under the daemon): the one-process-per-agent lock is
+// taken before anything else starts, the task transport (transport.mqtt)
+// and the store come from the plugin registry, and a signal ends it after
+// the current tick.
 package host
 
 import (
@@ -112,48 +118,24 @@ func ArtifactsDir(dataDir, agentID string) string {
 	return filepath.Join(dataDir, "agents", agentID, "artifacts")
 }
 
-// Start builds the agent's brain and runtime from its blueprint and hydrates
-// it from its store.
-func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
-	if err := agent.ValidateID(a.ID); err != nil {
-		return nil, err
+// withService returns services with name set to v.
+func withService(services map[string]any, name string, v any) map[string]any {
+	if services == nil {
+		services = map[string]any{}
 	}
+	services[name] = v
+	return services
+}
+
+// kernelConfig is the runtime's configuration: the blueprint's settings,
+// what the host built from it (brain, tools, services) and what the caller
+// passes through.
+func kernelConfig(a Agent, b agent.Brain, extra []tool.Tool, services map[string]any) agent.Config {
 	t := a.Template
-	b, err := brain.New(t.Brain)
-	if err != nil {
-		return nil, fmt.Errorf("template %s: %w", t.Name, err)
-	}
-	art := ArtifactsDir(a.DataDir, a.ID) // made and opened by agent.Start
-	services := a.Services
-	var mem memory.Engine
-	if t.Memory != "" {
-		if mem, err = plugin.OpenMemory(ctx, t.Memory, plugin.Env{DataDir: a.DataDir, Log: a.Log}); err != nil {
-			return nil, fmt.Errorf("template %s: %w", t.Name, err)
-		}
-		services = make(map[string]any, len(a.Services)+1)
-		for k, v := range a.Services {
-			services[k] = v
-		}
-		services[tool.ServiceMemory] = mem
-	}
 	lim := t.Limits.WithDefaults()
 	vars := map[string]any{"template_name": t.Name, "template_version": t.Version}
-	for k, v := range a.Vars {
-		vars[k] = v
-	}
-	if len(t.HTTPAllowlist) > 0 {
-		services = maps.Clone(services)
-		if services == nil {
-			services = map[string]any{}
-		}
-		services[tool.ServiceHTTPAllowlist] = slices.Clone(t.HTTPAllowlist)
-	}
-	toolTimeout := time.Duration(lim.ToolTimeoutMs) * time.Millisecond
-	extra, closeMCP, err := openMCP(ctx, a, toolTimeout)
-	if err != nil {
-		return nil, err
-	}
-	rt, err := agent.Start(ctx, agent.Config{
+	maps.Copy(vars, a.Vars)
+	return agent.Config{
 		AgentID:      a.ID,
 		Store:        a.Store,
 		Brain:        b,
@@ -164,8 +146,8 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		MaxTokens:    t.ContextBudget.MaxTokens,
 		MaxSteps:     lim.MaxSteps,
 		MaxQueue:     lim.MaxQueue,
-		ToolTimeout:  toolTimeout,
-		ArtifactsDir: art,
+		ToolTimeout:  time.Duration(lim.ToolTimeoutMs) * time.Millisecond,
+		ArtifactsDir: ArtifactsDir(a.DataDir, a.ID), // made and opened by agent.Start
 		TaskArtifacts: func(projectID, sessionID string) string {
 			// The runtime passes only ids of the session formats.
 			dir := filepath.Join(a.DataDir, "projects", projectID, "sessions", sessionID, "artifacts")
@@ -186,7 +168,37 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		UnknownOutcome: t.UnknownOutcomeOrDefault(),
 		RetryMin:       a.RetryMin,
 		RetryMax:       a.RetryMax,
-	})
+	}
+}
+
+// Start builds the agent's brain and runtime from its blueprint and hydrates
+// it from its store.
+func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
+	if err := agent.ValidateID(a.ID); err != nil {
+		return nil, err
+	}
+	t := a.Template
+	b, err := brain.New(t.Brain)
+	if err != nil {
+		return nil, fmt.Errorf("template %s: %w", t.Name, err)
+	}
+	services := maps.Clone(a.Services)
+	var mem memory.Engine
+	if t.Memory != "" {
+		if mem, err = plugin.OpenMemory(ctx, t.Memory, plugin.Env{DataDir: a.DataDir, Log: a.Log}); err != nil {
+			return nil, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		services = withService(services, tool.ServiceMemory, mem)
+	}
+	if len(t.HTTPAllowlist) > 0 {
+		services = withService(services, tool.ServiceHTTPAllowlist, slices.Clone(t.HTTPAllowlist))
+	}
+	lim := t.Limits.WithDefaults()
+	extra, closeMCP, err := openMCP(ctx, a, time.Duration(lim.ToolTimeoutMs)*time.Millisecond)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := agent.Start(ctx, kernelConfig(a, b, extra, services))
 	if err != nil {
 		closeMCP()
 		if mem != nil {

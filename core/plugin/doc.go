@@ -5,5 +5,7 @@
 // Plugins register themselves from init (like database/sql drivers or Caddy
 // modules); only cmd/openstarry knows the concrete set, through blank imports.
 // Nothing under core/ imports a concrete backend. New must have no side
-// effects: a plugin does I/O only when it is opened with a URL.
+// effects: a plugin does I/O only when it is opened with a URL. The embedded
+// broker (NewBroker) and a task transport (OpenTransport) only check their
+// configuration and read the files it names; they start in Start.
 package plugin

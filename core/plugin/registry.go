@@ -49,6 +49,10 @@ type Info struct {
 	OpenStorage StorageOpener  // storage plugins only
 	OpenMemory  MemoryOpener   // memory plugins only
 	Listen      ListenerOpener // listener plugins only
+	// NewBroker builds the embedded MQTT broker (infra.broker).
+	NewBroker BrokerOpener
+	// OpenTransport builds an agent's task transport (transport plugins).
+	OpenTransport TransportOpener
 }
 
 // Kind returns the kind part of the ID.

@@ -20,10 +20,12 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 	"github.com/rs/zerolog"
 	"go.etcd.io/bbolt"
+
+	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
 // DefaultListen is the embedded broker's default address: loopback only.
-const DefaultListen = "127.0.0.1:1883"
+const DefaultListen = plugin.DefaultBrokerListen
 
 // DBFile is the name of the broker's store in the data directory.
 const DBFile = "broker.db"

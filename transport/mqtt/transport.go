@@ -1,0 +1,123 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/plugin"
+)
+
+// transport is the transport.mqtt plugin: one agent's connection to MQTT,
+// with the embedded broker (infra.broker) when no hub is configured. It is
+// the runtime's Outbox from the start; results handed over before the
+// client exists wait in order.
+type transport struct {
+	cfg    Config        // Broker empty: the embedded broker's
+	broker plugin.Broker // nil with a hub
+
+	mu     sync.Mutex // guards client and early
+	client *Client
+	early  []agent.Result
+}
+
+// openTransport checks the mqtt.* settings; it does no I/O but reading the
+// embedded broker's users file.
+func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport, error) {
+	m := c.MQTT
+	device, err := DeviceID(m.Device)
+	if err != nil {
+		return nil, err
+	}
+	t := &transport{cfg: Config{
+		Broker: m.Broker, Device: device, Agent: env.AgentID, TopicPrefix: m.TopicPrefix,
+		FleetGroup: m.FleetGroup, NoFleet: m.NoFleet, NoDeviceStatus: env.DaemonChild,
+		Username: m.Username, Password: m.Password, CAFile: m.CA, CertFile: m.Cert, KeyFile: m.Key,
+		MaxTaskBytes: env.MaxTaskBytes, Version: env.Version, Log: env.Log,
+		StateDir: filepath.Join(env.DataDir, "agents", env.AgentID),
+	}}
+	check := t.cfg
+	if m.Broker == "" {
+		if m.CA != "" || m.Cert != "" || m.Key != "" {
+			return nil, errors.New("--mqtt-ca, --mqtt-cert and --mqtt-key need --broker ssl://… (the embedded broker listens without TLS)")
+		}
+		check.Broker = "tcp://" + plugin.DefaultBrokerListen
+		if t.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.BrokerListen, UsersFile: m.BrokerUsers,
+			DataDir: env.DataDir, TopicPrefix: m.TopicPrefix, Log: env.Log}); err != nil {
+			return nil, err
+		}
+	} else if (m.BrokerListen != "" && m.BrokerListen != plugin.DefaultBrokerListen) || m.BrokerUsers != "" {
+		return nil, errors.New("--broker-listen and --broker-users configure the embedded broker; they cannot be used with --broker")
+	}
+	if _, err := New(check); err != nil { // validation only
+		return nil, err
+	}
+	return t, nil
+}
+
+// Progress is the runtime's OnProgress.
+func (t *transport) Progress(taskID string, percent int, phase string) {
+	t.mu.Lock()
+	c := t.client
+	t.mu.Unlock()
+	if c != nil {
+		c.Progress(taskID, percent, phase)
+	}
+}
+
+// Deliver hands results to the client, or keeps them until it exists.
+func (t *transport) Deliver(results []agent.Result) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.client != nil {
+		t.client.Deliver(results)
+		return
+	}
+	t.early = append(t.early, results...)
+}
+
+// Start starts the embedded broker when no hub is configured, then the
+// client.
+func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
+	cfg := t.cfg
+	if t.broker != nil {
+		if err := t.broker.Start(ctx); err != nil {
+			return err
+		}
+		cfg.Broker = t.broker.URL()
+	}
+	c, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	c.Deliver(t.early) // under mu: nothing handed over later can overtake them
+	t.early = nil
+	t.client = c
+	t.mu.Unlock()
+	return c.Start(ctx, rt)
+}
+
+// Close publishes what it can within a few seconds, disconnects, and stops
+// the embedded broker.
+func (t *transport) Close() error {
+	t.mu.Lock()
+	c := t.client
+	t.mu.Unlock()
+	if c != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_ = c.Close(ctx)
+		cancel()
+	}
+	if t.broker != nil {
+		_ = t.broker.Close()
+	}
+	return nil
+}
+
+// Interface guards.
+var _ plugin.Transport = (*transport)(nil)
