@@ -6,3 +6,6 @@ import (
 	_ "github.com/openstarry/openstarry-edge/storage/memory/fts"
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
 )
+
+// sessionsCompiledIn is what version says of session continuity.
+const sessionsCompiledIn = "yes (DATA/sessions.db)"

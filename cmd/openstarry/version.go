@@ -75,13 +75,32 @@ func printVersion(w io.Writer) {
 		stores = append(stores, info.Name())
 	}
 	fmt.Fprintf(w, "stores: %s\n", strings.Join(stores, " "))
-	if om := plugin.Omitted(); len(om) > 0 {
-		var left []string
-		for id, tag := range om {
-			left = append(left, fmt.Sprintf("%s (%s)", strings.TrimPrefix(id, string(plugin.KindStorage)+"."), tag))
-		}
-		sort.Strings(left)
-		fmt.Fprintf(w, "left out: %s\n", strings.Join(left, " "))
+	if left := omitted(plugin.KindStorage); left != "" {
+		fmt.Fprintf(w, "left out: %s\n", left)
 	}
+	var engines []string
+	for _, info := range plugin.List(plugin.KindMemory) {
+		engines = append(engines, info.Name())
+	}
+	line := strings.Join(engines, " ")
+	if left := omitted(plugin.KindMemory); left != "" {
+		line += "; left out: " + left
+	}
+	fmt.Fprintf(w, "memory engines: %s\n", line)
+	fmt.Fprintf(w, "session continuity: %s\n", sessionsCompiledIn)
+	fmt.Fprintf(w, "mcp tools: %s\n", mcpCompiledIn)
 	fmt.Fprintf(w, "brains: %s\n", strings.Join(brain.Providers(), " "))
+}
+
+// omitted lists the plugins of a kind this build left out, each with its
+// tag, sorted: "file (nofile) redis (noredis)".
+func omitted(kind plugin.Kind) string {
+	var left []string
+	for id, tag := range plugin.Omitted() {
+		if k, name, _ := strings.Cut(id, "."); k == string(kind) {
+			left = append(left, fmt.Sprintf("%s (%s)", name, tag))
+		}
+	}
+	sort.Strings(left)
+	return strings.Join(left, " ")
 }

@@ -27,7 +27,6 @@ import (
 	"github.com/openstarry/openstarry-edge/core/httpx"
 
 	"github.com/openstarry/openstarry-edge/core/privfs"
-	"github.com/openstarry/openstarry-edge/core/session"
 )
 
 // Resolver is the design layer as the daemon uses it (*design.Resolver).
@@ -123,8 +122,8 @@ type Daemon struct {
 	reg      *registry
 	started  time.Time
 
-	sess        *session.Manager // session continuity: DATA/sessions.db, opened in phase 1
-	previousRun string           // how the previous run ended (boot journal): none, clean, crash, power_loss
+	sess        sessionManager // session continuity: DATA/sessions.db, opened in phase 1; none in a nosqlite build
+	previousRun string         // how the previous run ended (boot journal): none, clean, crash, power_loss
 
 	life       context.Context // ends at shutdown: handoffs stop
 	cancelLife context.CancelFunc

@@ -25,9 +25,7 @@ func (d *Daemon) httpHandler() http.Handler {
 		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("/agents/{id}/", d.proxyAgent)
-	if d.sess != nil {
-		d.sess.Routes(mux)
-	}
+	d.sessionRoutes(mux)
 	return httpx.TokenOffLoopback(d.cfg.HTTP.Token, func(remote, path string) {
 		d.log.Warn().Str("remote", remote).Str("path", path).Msg("http: missing or wrong token")
 	}, httpx.Routes(mux))

@@ -1,3 +1,5 @@
+//go:build !nosqlite
+
 package daemon
 
 import (
@@ -9,7 +11,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
@@ -133,18 +134,8 @@ func (d *Daemon) getJSON(ctx context.Context, u string, out any) (int, error) {
 // project files when missing), and sessions left open by that run are
 // marked interrupted with its reason. A failure stops the boot.
 func (d *Daemon) openSessions(ctx context.Context) error {
-	bootID := machineBootID()
-	prev, rec := readJournal(d.runDir, bootID)
-	d.previousRun = prev
-	ev := d.log.Info()
-	if prev == PreviousCrash || prev == PreviousPowerLoss {
-		ev = d.log.Warn()
-	}
-	if rec != nil {
-		ev = ev.Time("previous_start", rec.StartedAt).Int("previous_pid", rec.PID)
-	}
-	ev.Str("previous_run", prev).Str("boot_id", bootID).Msgf("previous run: %s", prev)
-	if err := writeJournal(d.runDir, bootRecord{BootID: bootID, PID: os.Getpid(), StartedAt: d.started.UTC()}); err != nil {
+	prev, err := d.openJournal()
+	if err != nil {
 		return err
 	}
 	m, err := session.Open(ctx, session.Options{Data: d.data, Log: d.log.With().Str("component", "sessions").Logger(),
@@ -198,11 +189,19 @@ func (d *Daemon) closeSessions(clean bool) {
 		d.log.Warn().Err(err).Msg("closing sessions.db")
 	}
 	if clean {
-		now := d.now().UTC()
-		if err := writeJournal(d.runDir, bootRecord{BootID: machineBootID(), PID: os.Getpid(), StartedAt: d.started.UTC(),
-			CleanStop: true, StoppedAt: &now}); err != nil {
-			d.log.Error().Err(err).Msg("recording the clean stop")
-		}
+		d.journalCleanStop()
+	}
+}
+
+// sessionManager is session continuity as the daemon holds it; a build
+// without SQLite (sessions_nosqlite.go) has none.
+type sessionManager = *session.Manager
+
+// sessionRoutes adds the seed-003 API (projects, sessions, approvals) to
+// the daemon's HTTP listener.
+func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
+	if d.sess != nil {
+		d.sess.Routes(mux)
 	}
 }
 

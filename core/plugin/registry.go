@@ -77,6 +77,14 @@ var (
 // with a build tag (a store URL whose backend a small build does not have).
 var ErrNotCompiledIn = errors.New("not compiled into this build")
 
+// NotCompiledIn returns the error of a feature this build left out with the
+// build tag tag, for every entry point to it: "session continuity is not
+// compiled into this build (built with -tags nosqlite); use the standard
+// build, which has it". It wraps ErrNotCompiledIn.
+func NotCompiledIn(feature, tag string) error {
+	return fmt.Errorf("%s is %w (built with -tags %s); use the standard build, which has it", feature, ErrNotCompiledIn, tag)
+}
+
 // Omit records that this build leaves out the plugin id because of the
 // build tag tag ("nosqlite"), so that asking for it gets an error naming
 // the build rather than "unknown scheme". It is called from init, in the
@@ -189,8 +197,13 @@ func OpenMemory(ctx context.Context, rawURL string, env Env) (memory.Engine, err
 	if err != nil {
 		return nil, fmt.Errorf("memory url %q: %w", rawURL, err)
 	}
-	info, ok := Lookup(string(KindMemory) + "." + u.Scheme)
+	id := string(KindMemory) + "." + u.Scheme
+	info, ok := Lookup(id)
 	if !ok {
+		if tag, out := Omitted()[id]; out {
+			return nil, fmt.Errorf("memory url %q: the %s memory engine is %w (built with -tags %s; built in: %s); use the standard build, which has every engine",
+				rawURL, u.Scheme, ErrNotCompiledIn, tag, schemes(KindMemory))
+		}
 		return nil, fmt.Errorf("memory url %q: no memory plugin for scheme %q (built in: %s)",
 			rawURL, u.Scheme, schemes(KindMemory))
 	}

@@ -66,6 +66,18 @@ func TestOmitted(t *testing.T) {
 		}()
 		Register(Info{ID: "storage.testomitted", OpenStorage: func(context.Context, *url.URL, Env) (Storage, error) { return nil, nil }})
 	}()
+	Omit("memory.testomitted", "notestomitted")
+	if _, err := OpenMemory(context.Background(), "testomitted://", Env{}); !errors.Is(err, ErrNotCompiledIn) ||
+		!strings.Contains(err.Error(), "the testomitted memory engine is not compiled into this build (built with -tags notestomitted") {
+		t.Fatalf("OpenMemory of an omitted engine: %v", err)
+	}
+	if _, err := OpenMemory(context.Background(), "nosuchengine://", Env{}); errors.Is(err, ErrNotCompiledIn) || !strings.Contains(err.Error(), `no memory plugin for scheme "nosuchengine"`) {
+		t.Fatalf("OpenMemory of an unknown engine: %v", err)
+	}
+	err = NotCompiledIn("session continuity", "nosqlite")
+	if !errors.Is(err, ErrNotCompiledIn) || err.Error() != "session continuity is not compiled into this build (built with -tags nosqlite); use the standard build, which has it" {
+		t.Fatalf("NotCompiledIn: %v", err)
+	}
 }
 
 func TestURLPath(t *testing.T) {
