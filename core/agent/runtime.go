@@ -67,10 +67,10 @@ type Config struct {
 	Store        Store
 	Brain        Brain
 	SystemPrompt string
-	Tools        []string // names the brain may call; all must be registered
-	// ExtraTools are tools of this agent alone (from MCP servers), callable
-	// beside Tools; a name here hides a registered tool of the same name.
-	ExtraTools   []tool.Tool
+	// Tools are the tools the brain may call, resolved by the host (from
+	// the tool registry and the template's MCP servers); names are unique.
+	// The runtime never consults the registry.
+	Tools        []tool.Tool
 	MaxMessages  int // short_term_history bound in messages; default 200
 	MaxTokens    int // approximate token bound (4 bytes a token); 0 = none
 	MaxSteps     int // brain steps per task; default 8
@@ -159,6 +159,7 @@ const (
 // or writes the snapshot.
 type Runtime struct {
 	cfg   Config
+	tools map[string]tool.Tool // cfg.Tools by name
 	log   zerolog.Logger
 	index ResultIndex // nil when the store keeps no results
 
@@ -246,13 +247,19 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := ValidateID(cfg.AgentID); err != nil {
 		return nil, err
 	}
-	for _, name := range cfg.Tools {
-		if !tool.Known(name) {
-			return nil, fmt.Errorf("agent %s: %w %q", cfg.AgentID, tool.ErrUnknownTool, name)
+	tools := make(map[string]tool.Tool, len(cfg.Tools))
+	for _, t := range cfg.Tools {
+		if t.Name == "" || t.Run == nil {
+			return nil, fmt.Errorf("agent %s: tool %q has no name or no Run", cfg.AgentID, t.Name)
 		}
+		if _, dup := tools[t.Name]; dup {
+			return nil, fmt.Errorf("agent %s: tool %q given twice", cfg.AgentID, t.Name)
+		}
+		tools[t.Name] = t
 	}
 	r := &Runtime{
 		cfg:       cfg,
+		tools:     tools,
 		log:       cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
 		submitCh:  make(chan *submission, 1024),
 		confirmCh: make(chan uint64, 1024),

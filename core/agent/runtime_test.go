@@ -17,7 +17,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
-	_ "github.com/openstarry/openstarry-edge/core/tool"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // jsonStore keeps snapshots as contract JSON in memory, so every Load sees
@@ -83,7 +83,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, store: newJSONStore(), dir: t.TempDir()}
 	e.cfg = agent.Config{
-		AgentID: "a1", Store: e.store, Brain: echo, Tools: []string{"file_append", "sleep_ms"},
+		AgentID: "a1", Store: e.store, Brain: echo, Tools: tool.MustResolve("file_append", "sleep_ms"),
 		ArtifactsDir: e.dir, Log: zerolog.New(zerolog.NewTestWriter(t)),
 	}
 	return e

@@ -215,13 +215,9 @@ func jitter(d time.Duration) time.Duration {
 func (r *Runtime) runTool(ctx context.Context, ev Event, task *Task, step int, call Call, done []ToolResult, log *TurnLog) (ToolResult, bool) {
 	taskID := task.TaskID
 	res := ToolResult{Tool: call.Tool, CallID: call.ID}
-	if !r.allowed(call.Tool) {
+	t, ok := r.tools[call.Tool]
+	if !ok {
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
-		return res, false
-	}
-	t, err := r.lookup(call.Tool)
-	if err != nil {
-		res.Error = err.Error()
 		return res, false
 	}
 	if err := argsObject(call.Args); err != nil {
@@ -268,38 +264,11 @@ func argsObject(raw json.RawMessage) error {
 	return nil
 }
 
-func (r *Runtime) allowed(name string) bool {
-	for _, n := range r.cfg.Tools {
-		if n == name {
-			return true
-		}
-	}
-	for _, t := range r.cfg.ExtraTools {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// lookup finds a tool among the agent's own tools, then the registry.
-func (r *Runtime) lookup(name string) (tool.Tool, error) {
-	for _, t := range r.cfg.ExtraTools {
-		if t.Name == name {
-			return t, nil
-		}
-	}
-	return tool.Lookup(name)
-}
-
+// toolSpecs describes the agent's tools to its brain, in the order the
+// host gave them.
 func (r *Runtime) toolSpecs() []ToolSpec {
 	specs := make([]ToolSpec, 0, len(r.cfg.Tools))
-	for _, n := range r.cfg.Tools {
-		if t, err := tool.Lookup(n); err == nil {
-			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
-		}
-	}
-	for _, t := range r.cfg.ExtraTools {
+	for _, t := range r.cfg.Tools {
 		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 	}
 	return specs

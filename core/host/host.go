@@ -107,6 +107,39 @@ func openMCP(ctx context.Context, a Agent, timeout time.Duration) ([]tool.Tool, 
 	return tools, closeAll, nil
 }
 
+// resolveTools returns the tools an agent may call: the registered tools the
+// template names, in its order, then its MCP servers' tools. An MCP tool
+// hides a registered tool of the same name.
+func resolveTools(names []string, mcp []tool.Tool) ([]tool.Tool, error) {
+	own := make(map[string]int, len(mcp))
+	for i, t := range mcp {
+		own[t.Name] = i
+	}
+	out := make([]tool.Tool, 0, len(names)+len(mcp))
+	used := make(map[string]bool, len(mcp))
+	for _, n := range names {
+		if i, ok := own[n]; ok {
+			if !used[n] {
+				out = append(out, mcp[i])
+				used[n] = true
+			}
+			continue
+		}
+		reg, err := tool.Resolve([]string{n})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, reg...)
+	}
+	for _, t := range mcp {
+		if !used[t.Name] {
+			out = append(out, t)
+			used[t.Name] = true
+		}
+	}
+	return out, nil
+}
+
 // ArtifactsDir is where an agent's file tools write.
 func ArtifactsDir(dataDir, agentID string) string {
 	return filepath.Join(dataDir, "agents", agentID, "artifacts")
@@ -153,13 +186,20 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
+	tools, err := resolveTools(t.Tools, extra)
+	if err != nil {
+		closeMCP()
+		if mem != nil {
+			_ = mem.Close()
+		}
+		return nil, fmt.Errorf("agent %s: template %s: %w", a.ID, t.Name, err)
+	}
 	rt, err := agent.Start(ctx, agent.Config{
 		AgentID:      a.ID,
 		Store:        a.Store,
 		Brain:        b,
 		SystemPrompt: t.SystemPrompt,
-		Tools:        t.Tools,
-		ExtraTools:   extra,
+		Tools:        tools,
 		MaxMessages:  t.ContextBudget.MaxMessages,
 		MaxTokens:    t.ContextBudget.MaxTokens,
 		MaxSteps:     lim.MaxSteps,
