@@ -444,3 +444,20 @@ func TestWaitTaskConcurrent(t *testing.T) {
 		t.Fatalf("unknown task: found=%v err=%v", ok, err)
 	}
 }
+
+// The host resolves the tools; the runtime refuses a list it cannot use.
+func TestStartRefusesBadTools(t *testing.T) {
+	sleep := tool.MustResolve("sleep_ms")[0]
+	for name, tools := range map[string][]tool.Tool{
+		"twice":  {sleep, sleep},
+		"no run": {{Name: "x"}},
+		"noname": {{Run: sleep.Run}},
+	} {
+		e := newEnv(t)
+		e.cfg.Tools = tools
+		if rt, err := agent.Start(context.Background(), e.cfg); err == nil {
+			_ = rt.Stop(context.Background())
+			t.Errorf("%s: started", name)
+		}
+	}
+}

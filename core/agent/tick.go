@@ -30,14 +30,18 @@ type tickInput struct {
 // tick runs one event through the brain and the tools, off the runtime's
 // goroutine, and hands the outcome back. It never touches r.snap.
 func (r *Runtime) tick(in tickInput) {
-	out := r.think(in)
+	out := r.thinkAndAct(in)
 	if !out.aborted {
 		r.summarizeOverflow(in, out)
 	}
 	r.doneCh <- out
 }
 
-func (r *Runtime) think(in tickInput) *outcome {
+// thinkAndAct runs one event: it asks the brain, runs the tools the brain
+// calls (each non-idempotent one only after its intent is durable), and
+// asks again with their results, until the brain answers, a step limit or
+// deadline ends the task, or the runtime stops (aborted).
+func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	ev := in.ev
 	out := &outcome{ev: ev}
 	if ev.Type != "task" {
@@ -339,7 +343,7 @@ func (r *Runtime) summarizeOverflow(in tickInput, out *outcome) {
 		bytes += len(m.Content)
 	}
 	drop := 0
-	for r.overBudget(n-drop, bytes) {
+	for r.lim.overBudget(n-drop, bytes) {
 		bytes -= len(at(drop).Content)
 		drop++
 	}
