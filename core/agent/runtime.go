@@ -110,6 +110,16 @@ type Config struct {
 	// SummaryTimeout bounds the brain's summary of the messages leaving
 	// the context window; default 2m.
 	SummaryTimeout time.Duration
+	// QuickWait is how long a save may wait when the brain is Quick: for
+	// the tick in flight, so that an event is accepted, thought about, acted
+	// on and saved in one commit, and only then acknowledged and its result
+	// published. A tick that
+	// takes longer (a slow idempotent tool) has its event saved and
+	// acknowledged when the wait runs out, as a slow brain has at once. A
+	// non-idempotent tool's intent is saved before it runs in every case. Default 2ms; negative: the brain is treated as slow
+	// (every event is saved and acknowledged before its tick starts, every
+	// reply saved before its calls run).
+	QuickWait time.Duration
 
 	// BeforeSave is called on the runtime's goroutine just before every
 	// Save, AfterSave just after every Save that succeeded. The daemon's
@@ -141,6 +151,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.SummaryTimeout <= 0 {
 		c.SummaryTimeout = 2 * time.Minute
+	}
+	if c.QuickWait == 0 {
+		c.QuickWait = 2 * time.Millisecond
 	}
 	if c.UnknownOutcome == "" {
 		c.UnknownOutcome = UnknownEndTask
@@ -182,14 +195,22 @@ type Runtime struct {
 	exitErr   error
 	artifacts *tool.Artifacts // the artifacts directory's root; nil without one; closed when the loop ends
 
+	quick bool // the brain is Quick and QuickWait positive
+
 	// Owned by the runtime goroutine.
 	st         *state
 	dirty      bool   // st changed since the last save
 	busy       bool   // a tick is in flight
+	tickID     string // the event id of the tick in flight
 	handed     uint64 // results with Seq below this were handed to Outbox
 	stopping   bool
 	acks       []*submission // accepted events, answered by the next release
 	intentAcks []*intent     // intents, answered by the next release
+	dupAcks    []dupAck      // duplicates of events not yet durable, answered by the next release
+	// The quick path: while holding, the save waits for the quick tick in
+	// flight, until holdTimer fires (expired) or the next commit.
+	holding, expired bool
+	holdTimer        *time.Timer
 
 	mu     sync.RWMutex         // guards live and recent
 	live   map[string]string    // task id → queued or running
@@ -202,6 +223,12 @@ type Runtime struct {
 type submission struct {
 	ev    Event
 	reply chan SubmitResult
+}
+
+// dupAck is a duplicate answered once the state it was seen in is durable.
+type dupAck struct {
+	sub   *submission
+	state TaskState
 }
 
 // SubmitResult is the answer to Submit.
@@ -278,6 +305,11 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		exited:   make(chan struct{}),
 		live:     map[string]string{},
 		recent:   map[string]TaskState{},
+	}
+	if q, ok := cfg.Brain.(Quick); ok && q.Quick() && cfg.QuickWait > 0 {
+		r.quick = true
+		r.holdTimer = time.NewTimer(time.Hour)
+		r.holdTimer.Stop()
 	}
 	if ix, ok := cfg.Store.(ResultIndex); ok {
 		r.index = ix
@@ -493,17 +525,26 @@ func (r *Runtime) loop() {
 			return
 		}
 		r.maybeStartTick()
+		if r.dirty && !r.held() {
+			if r.commit(context.Background()) != nil {
+				return
+			}
+			continue // the save may let a tick start
+		}
 		r.receive() // the first thing to do
 		// Group commit: everything that arrived meanwhile rides on one save.
 		for r.pending() {
 			r.receive()
 		}
-		if r.dirty {
-			if r.commit(context.Background()) != nil {
-				return
-			}
-		}
 	}
+}
+
+// held reports whether the save waits for the quick tick in flight: its
+// event, and what arrived meanwhile, are then saved with its outcome in one
+// commit. An intent waiting for its save, a stop, or the end of QuickWait
+// end the wait.
+func (r *Runtime) held() bool {
+	return r.holding && !r.expired && r.busy && len(r.intentAcks) == 0 && !r.stopping
 }
 
 // receive waits for one message to the runtime's goroutine and handles it.
@@ -511,6 +552,10 @@ func (r *Runtime) receive() {
 	stopCh := r.stopCh
 	if r.stopping {
 		stopCh = nil
+	}
+	var holdC <-chan time.Time
+	if r.holding && !r.expired {
+		holdC = r.holdTimer.C
 	}
 	select {
 	case sub := <-r.submitCh:
@@ -523,6 +568,8 @@ func (r *Runtime) receive() {
 		r.handleOutcome(out)
 	case ch := <-r.snapCh:
 		ch <- r.st.snap.Clone()
+	case <-holdC:
+		r.expired = true
 	case <-stopCh:
 		r.stopping = true
 	}
@@ -538,6 +585,10 @@ func (r *Runtime) pending() bool {
 // commit saves the state and then releases what waited for the save. If
 // the save fails, nothing is released: the runtime fails.
 func (r *Runtime) commit(ctx context.Context) error {
+	if r.holding {
+		r.holdTimer.Stop()
+		r.holding, r.expired = false, false
+	}
 	if err := r.save(ctx); err != nil {
 		r.fail(err)
 		return err
@@ -554,6 +605,12 @@ func (r *Runtime) handleSubmit(sub *submission) {
 	}
 	if ev.ID != "" {
 		if st, dup := r.st.duplicate(ev.ID, r.memoryState, r.indexState); dup {
+			if r.dirty {
+				// The state it was seen in may not be durable yet: its
+				// source is acknowledged after the next save.
+				r.dupAcks = append(r.dupAcks, dupAck{sub: sub, state: st})
+				return
+			}
 			sub.reply <- SubmitResult{State: st, Duplicate: true}
 			return
 		}
@@ -624,11 +681,14 @@ func (r *Runtime) handleIntent(in *intent) {
 
 func (r *Runtime) handleOutcome(out *outcome) {
 	r.busy = false
+	r.tickID = ""
 	if out.aborted {
 		r.st.abort()
-		r.mu.Lock()
-		r.live[out.ev.ID] = TaskQueued
-		r.mu.Unlock()
+		if out.ev.ID != "" && !r.unacked(out.ev.ID) {
+			r.mu.Lock()
+			r.live[out.ev.ID] = TaskQueued
+			r.mu.Unlock()
+		}
 	} else {
 		r.st.finish(out, r.nowMs())
 	}
@@ -662,6 +722,10 @@ func (r *Runtime) release() {
 			r.live[sub.ev.ID] = TaskQueued
 		}
 	}
+	if r.busy && r.tickID != "" {
+		// A quick tick runs on an event this save made durable.
+		r.live[r.tickID] = TaskRunning
+	}
 	var fresh []Result
 	for _, res := range s.Outbox {
 		if res.Seq >= r.handed {
@@ -678,6 +742,14 @@ func (r *Runtime) release() {
 		sub.reply <- SubmitResult{State: TaskState{TaskID: sub.ev.ID, AgentID: r.cfg.AgentID, Status: TaskQueued}}
 	}
 	r.acks = r.acks[:0]
+	for _, d := range r.dupAcks {
+		st := d.state
+		if now, ok := r.st.duplicate(d.sub.ev.ID, r.memoryState, r.indexState); ok {
+			st = now
+		}
+		d.sub.reply <- SubmitResult{State: st, Duplicate: true}
+	}
+	r.dupAcks = r.dupAcks[:0]
 	for _, in := range r.intentAcks {
 		if in.refused {
 			in.reply <- ErrStopping
@@ -731,6 +803,10 @@ func (r *Runtime) fail(err error) {
 		in.reply <- err
 	}
 	r.intentAcks = nil
+	for _, d := range r.dupAcks {
+		d.sub.reply <- SubmitResult{Err: err}
+	}
+	r.dupAcks = nil
 	r.exitErr = err
 	if r.busy {
 		// Let the tick goroutine finish on its own; its outcome is
@@ -764,10 +840,17 @@ func (r *Runtime) shutdown() error {
 	return nil
 }
 
+// maybeStartTick starts the tick of the first queued event when none is in
+// flight. A tick starts on a durable state, except a quick one: it may run
+// before its event is saved, the save then waiting for it (held).
 func (r *Runtime) maybeStartTick() {
 	s := r.st.snap
 	if r.busy || r.stopping || len(s.EventQueueBackup) == 0 {
 		return
+	}
+	quick := r.quick && !r.expired
+	if r.dirty && !quick {
+		return // saved first
 	}
 	ev := s.EventQueueBackup[0]
 	if err := s.Transition(StatusThinking); err != nil {
@@ -775,11 +858,17 @@ func (r *Runtime) maybeStartTick() {
 		return
 	}
 	r.busy = true
-	r.mu.Lock()
-	if ev.ID != "" {
+	r.tickID = ev.ID
+	if ev.ID != "" && !r.unacked(ev.ID) {
+		// Not yet durable: release marks it running after the save.
+		r.mu.Lock()
 		r.live[ev.ID] = TaskRunning
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
+	if quick && !r.holding {
+		r.holding = true
+		r.holdTimer.Reset(r.cfg.QuickWait)
+	}
 	// The tick reads the history while this goroutine waits for its
 	// outcome: no element changes meanwhile, and a clipped slice makes any
 	// append go to a new array, so the window is shared, not copied.
@@ -790,6 +879,17 @@ func (r *Runtime) maybeStartTick() {
 		in.turn = s.Turn.Clone()
 	}
 	go r.tick(in)
+}
+
+// unacked reports whether the event id was accepted since the last save,
+// so is not durable yet.
+func (r *Runtime) unacked(id string) bool {
+	for _, sub := range r.acks {
+		if sub.ev.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ID returns the agent id.

@@ -136,9 +136,11 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 			return end(Message{Role: "assistant", Content: clip(inputText(out.result.Output))})
 		}
 		// The reply is durable before any of its calls runs: a crash from
-		// here on resumes with these calls, not with a new question.
+		// here on resumes with these calls, not with a new question. A
+		// quick brain is asked again instead: it answers the same, at
+		// once. (A non-idempotent call saves the reply with its intent.)
 		log.Steps = append(log.Steps, TurnStep{Calls: reply.Calls})
-		if r.checkpoint(ev, log, nil) != nil {
+		if !r.quick && r.checkpoint(ev, log, nil) != nil {
 			out.aborted = true
 			return out
 		}
