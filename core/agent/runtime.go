@@ -113,7 +113,8 @@ type Config struct {
 	// QuickWait is how long a save may wait when the brain is Quick: for
 	// the tick in flight, so that an event is accepted, thought about, acted
 	// on and saved in one commit, and only then acknowledged and its result
-	// published. A tick that
+	// published; and for as many events as the last commits acknowledged,
+	// so that concurrent clients share saves (group commit). A tick that
 	// takes longer (a slow idempotent tool) has its event saved and
 	// acknowledged when the wait runs out, as a slow brain has at once. A
 	// non-idempotent tool's intent is saved before it runs in every case. Default 2ms; negative: the brain is treated as slow
@@ -211,6 +212,10 @@ type Runtime struct {
 	// flight, until holdTimer fires (expired) or the next commit.
 	holding, expired bool
 	holdTimer        *time.Timer
+	// batches are the numbers of events the last two commits that
+	// acknowledged any acknowledged: the clients they answered are likely
+	// to send their next event soon.
+	batches [2]int
 
 	mu     sync.RWMutex         // guards live and recent
 	live   map[string]string    // task id → queued or running
@@ -539,12 +544,17 @@ func (r *Runtime) loop() {
 	}
 }
 
-// held reports whether the save waits for the quick tick in flight: its
-// event, and what arrived meanwhile, are then saved with its outcome in one
-// commit. An intent waiting for its save, a stop, or the end of QuickWait
-// end the wait.
+// held reports whether the save waits, on the quick path: for the quick
+// tick in flight (its event, and what arrived meanwhile, are then saved with
+// its outcome in one commit), and then for as many events as the last
+// commits acknowledged (group commit: the clients they answered are sending
+// their next). An intent waiting for its save, a stop, or the end of
+// QuickWait end the wait; a single client never waits for another.
 func (r *Runtime) held() bool {
-	return r.holding && !r.expired && r.busy && len(r.intentAcks) == 0 && !r.stopping
+	if !r.holding || r.expired || len(r.intentAcks) > 0 || r.stopping {
+		return false
+	}
+	return r.busy || len(r.acks) < max(r.batches[0], r.batches[1])
 }
 
 // receive waits for one message to the runtime's goroutine and handles it.
@@ -588,6 +598,9 @@ func (r *Runtime) commit(ctx context.Context) error {
 	if r.holding {
 		r.holdTimer.Stop()
 		r.holding, r.expired = false, false
+	}
+	if n := len(r.acks); n > 0 {
+		r.batches = [2]int{r.batches[1], n}
 	}
 	if err := r.save(ctx); err != nil {
 		r.fail(err)

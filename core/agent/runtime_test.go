@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -613,5 +614,79 @@ func TestDuplicateWaitsForTheSave(t *testing.T) {
 	}
 	if s := e.store.stored(t, "a1"); s.TickIndex != 1 || len(s.EventQueueBackup) != 0 {
 		t.Fatalf("stored: %+v", s)
+	}
+}
+
+// On the quick path a save waits for as many events as the last commit
+// acknowledged: concurrent clients that each send their next task once
+// answered share one save per round.
+func TestQuickGroupCommit(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.cfg.Tools = append(e.cfg.Tools, gateTool(entered, gate))
+	e.cfg.QuickWait = time.Minute // the wait ends by count, never by time
+	var saves atomic.Int64
+	e.cfg.AfterSave = func(*agent.Snapshot) { saves.Add(1) }
+	rt := e.start()
+	round := func(ids ...string) <-chan agent.SubmitResult {
+		out := make(chan agent.SubmitResult, len(ids))
+		for _, id := range ids {
+			go func() { out <- submit(t, rt, id, "x") }()
+		}
+		return out
+	}
+	queued := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, err := rt.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.RecentEventIDs) >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d events accepted, want %d", len(s.RecentEventIDs), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Round 1: three clients, held together by a tick on the gate.
+	first := make(chan agent.SubmitResult, 1)
+	in := map[string]any{"call": []map[string]any{{"tool": "gate"}}}
+	go func() { first <- submit(t, rt, "g", in) }()
+	<-entered
+	r1 := round("a1", "a2")
+	queued(3)
+	before := saves.Load()
+	close(gate)
+	for _, ch := range []<-chan agent.SubmitResult{first, r1, r1} {
+		if r := <-ch; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if n := saves.Load() - before; n != 1 {
+		t.Fatalf("round 1: %d saves for three tasks, want 1", n)
+	}
+	// Round 2: the first client's next task waits for the other two.
+	before = saves.Load()
+	r2 := round("b1")
+	if !notWithin(r2, 100*time.Millisecond) {
+		t.Fatal("the save did not wait for the clients of the last round")
+	}
+	r3 := round("b2", "b3")
+	for _, ch := range []<-chan agent.SubmitResult{r2, r3, r3} {
+		if r := <-ch; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if n := saves.Load() - before; n != 1 {
+		t.Fatalf("round 2: %d saves for three tasks, want 1", n)
+	}
+	for _, id := range []string{"g", "a1", "a2", "b1", "b2", "b3"} {
+		if st := wait(t, rt, id); st.Status != agent.ResultDone {
+			t.Fatalf("%s = %+v", id, st)
+		}
 	}
 }
