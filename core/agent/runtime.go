@@ -117,9 +117,11 @@ type Config struct {
 	// so that concurrent clients share saves (group commit). A tick that
 	// takes longer (a slow idempotent tool) has its event saved and
 	// acknowledged when the wait runs out, as a slow brain has at once. A
-	// non-idempotent tool's intent is saved before it runs in every case. Default 2ms; negative: the brain is treated as slow
-	// (every event is saved and acknowledged before its tick starts, every
-	// reply saved before its calls run).
+	// non-idempotent tool's intent is saved before it runs in every case.
+	// Default 10ms, which an echo tick fits in even on a loaded board;
+	// negative: the brain is treated as slow (every event is saved and
+	// acknowledged before its tick starts, every reply saved before its
+	// calls run).
 	QuickWait time.Duration
 
 	// BeforeSave is called on the runtime's goroutine just before every
@@ -154,7 +156,7 @@ func (c *Config) setDefaults() {
 		c.SummaryTimeout = 2 * time.Minute
 	}
 	if c.QuickWait == 0 {
-		c.QuickWait = 2 * time.Millisecond
+		c.QuickWait = 10 * time.Millisecond
 	}
 	if c.UnknownOutcome == "" {
 		c.UnknownOutcome = UnknownEndTask
