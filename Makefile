@@ -40,9 +40,10 @@ fuzz:
 
 # Durability figures on the data directory's disk: a raw 4 KiB write +
 # fdatasync, Save latency and bytes per backend, end-to-end ticks per second,
-# the openai brain's own cost per turn (no model).
+# submit-and-wait throughput at 1, 8 and 64 clients (in-process), the openai
+# brain's own cost per turn (no model).
 bench:
-	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|DaemonBoot|MQTTIngress|Hydrate|BrainTurn' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
+	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|DaemonBoot|MQTTIngress|Hydrate|BrainTurn' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }

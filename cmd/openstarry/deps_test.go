@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,30 @@ func TestDependencies(t *testing.T) {
 	for _, p := range strings.Fields(string(core)) {
 		if strings.HasPrefix(p, mod+"storage/") || strings.HasPrefix(p, mod+"transport/") || strings.HasPrefix(p, mod+"cmd/") {
 			t.Errorf("core/ depends on %s", p)
+		}
+	}
+}
+
+// TestKernelDependencies keeps the kernel pure: core/agent, transitively,
+// links no HTTP stack and nothing of the daemon. Tools that talk to the
+// network register themselves from their own packages; the host hands the
+// kernel the resolved tools.
+func TestKernelDependencies(t *testing.T) {
+	const mod = "github.com/openstarry/openstarry-edge/"
+	out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "../../core/agent").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 || !slices.Contains(deps, mod+"core/agent") || !slices.Contains(deps, mod+"core/tool") {
+		t.Fatalf("go list -deps core/agent listed %d packages, without core/agent or core/tool: %v", len(deps), deps)
+	}
+	for _, p := range deps {
+		if p == "net/http" || strings.HasPrefix(p, "net/http/") {
+			t.Errorf("core/agent depends on %s", p)
+		}
+		if p == mod+"core/daemon" || strings.HasPrefix(p, mod+"core/daemon/") {
+			t.Errorf("core/agent depends on %s", p)
 		}
 	}
 }

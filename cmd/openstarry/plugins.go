@@ -10,9 +10,11 @@ package main
 //
 // A store URL for a store left out is refused with an error naming the tag.
 import (
+	_ "github.com/openstarry/openstarry-edge/core/daemon/agenttool"
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
 	_ "github.com/openstarry/openstarry-edge/transport/broker"
+	_ "github.com/openstarry/openstarry-edge/transport/httpget"
 	_ "github.com/openstarry/openstarry-edge/transport/llm"
 	_ "github.com/openstarry/openstarry-edge/transport/mqtt"
 	_ "github.com/openstarry/openstarry-edge/transport/webhook"

@@ -14,6 +14,18 @@ type Brain interface {
 	Think(ctx context.Context, turn Turn) (Reply, error)
 }
 
+// Quick is implemented by a brain that answers from the turn alone, at once
+// and deterministically: it waits on no model server, no network and no
+// disk, and asked the same turn again (after a crash) it answers the same.
+// The echo brain is one. The runtime then lets a tick run before its event
+// is durable, and saves the event, the tools' results and the outcome in one
+// commit (see Config.QuickWait); it also skips the save of the brain's reply
+// before idempotent calls run, since asking again costs nothing and answers
+// the same. A brain that calls a model is never Quick.
+type Quick interface {
+	Quick() bool
+}
+
 // Summarizer is implemented by brains that can fold the messages leaving the
 // context window into a short summary kept in working memory. A brain
 // without it gets the kernel's mechanical summary (one clipped line per

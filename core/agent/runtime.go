@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/rs/zerolog"
 
@@ -23,7 +21,8 @@ type Store interface {
 }
 
 // ResultIndex is implemented by stores that keep finished results beside the
-// snapshot (plugin.TaskIndex); TaskResult wraps a not-found error otherwise.
+// snapshot (plugin.TaskIndex). TaskResult returns an error wrapping
+// ErrNotFound for a task it does not know.
 type ResultIndex interface {
 	TaskResult(ctx context.Context, agentID, taskID string) (*Result, error)
 }
@@ -36,6 +35,10 @@ type ResultIndex interface {
 type Outbox interface {
 	Deliver(results []Result)
 }
+
+// ErrNotFound is returned by ResultIndex.TaskResult for an unknown task, or
+// one whose result has left retention (plugin.ErrNotFound is the same value).
+var ErrNotFound = errors.New("not found")
 
 // Errors of Submit.
 var (
@@ -67,10 +70,10 @@ type Config struct {
 	Store        Store
 	Brain        Brain
 	SystemPrompt string
-	Tools        []string // names the brain may call; all must be registered
-	// ExtraTools are tools of this agent alone (from MCP servers), callable
-	// beside Tools; a name here hides a registered tool of the same name.
-	ExtraTools   []tool.Tool
+	// Tools are the tools the brain may call, resolved by the host (from
+	// the tool registry and the template's MCP servers); names are unique.
+	// The runtime never consults the registry.
+	Tools        []tool.Tool
 	MaxMessages  int // short_term_history bound in messages; default 200
 	MaxTokens    int // approximate token bound (4 bytes a token); 0 = none
 	MaxSteps     int // brain steps per task; default 8
@@ -107,8 +110,25 @@ type Config struct {
 	// SummaryTimeout bounds the brain's summary of the messages leaving
 	// the context window; default 2m.
 	SummaryTimeout time.Duration
+	// QuickWait is how long a save may wait when the brain is Quick: for
+	// the tick in flight, so that an event is accepted, thought about, acted
+	// on and saved in one commit, and only then acknowledged and its result
+	// published; and for as many events as the last commits acknowledged,
+	// so that concurrent clients share saves (group commit). A tick that
+	// takes longer (a slow idempotent tool) has its event saved and
+	// acknowledged when the wait runs out, as a slow brain has at once. A
+	// non-idempotent tool's intent is saved before it runs in every case.
+	// Default 10ms, which an echo tick fits in even on a loaded board;
+	// negative: the brain is treated as slow (every event is saved and
+	// acknowledged before its tick starts, every reply saved before its
+	// calls run).
+	QuickWait time.Duration
 
-	// Test hooks, called on the runtime's goroutine around every Save.
+	// BeforeSave is called on the runtime's goroutine just before every
+	// Save, AfterSave just after every Save that succeeded. The daemon's
+	// agents time their saves with them (the save latency histogram of
+	// /metrics); tests catch the snapshot of a chosen instant. They must not
+	// block, and must not modify s or keep it (Clone it).
 	BeforeSave func(s *Snapshot)
 	AfterSave  func(s *Snapshot)
 }
@@ -135,6 +155,9 @@ func (c *Config) setDefaults() {
 	if c.SummaryTimeout <= 0 {
 		c.SummaryTimeout = 2 * time.Minute
 	}
+	if c.QuickWait == 0 {
+		c.QuickWait = 10 * time.Millisecond
+	}
 	if c.UnknownOutcome == "" {
 		c.UnknownOutcome = UnknownEndTask
 	}
@@ -159,6 +182,8 @@ const (
 // or writes the snapshot.
 type Runtime struct {
 	cfg   Config
+	tools map[string]tool.Tool // cfg.Tools by name
+	lim   limits               // cfg's bounds; read by the tick goroutine too
 	log   zerolog.Logger
 	index ResultIndex // nil when the store keeps no results
 
@@ -173,17 +198,26 @@ type Runtime struct {
 	exitErr   error
 	artifacts *tool.Artifacts // the artifacts directory's root; nil without one; closed when the loop ends
 
+	quick bool // the brain is Quick and QuickWait positive
+
 	// Owned by the runtime goroutine.
-	snap       *Snapshot
-	dirty      bool
-	busy       bool                // a tick is in flight
-	known      map[string]struct{} // ids in RecentEventIDs
-	handed     uint64              // results with Seq below this were handed to Outbox
-	histBytes  int
-	summary    *modelSummary // the outcome's summary while finish applies it
+	st         *state
+	dirty      bool   // st changed since the last save
+	busy       bool   // a tick is in flight
+	tickID     string // the event id of the tick in flight
+	handed     uint64 // results with Seq below this were handed to Outbox
 	stopping   bool
-	acks       []*submission
-	intentAcks []*intent
+	acks       []*submission // accepted events, answered by the next release
+	intentAcks []*intent     // intents, answered by the next release
+	dupAcks    []dupAck      // duplicates of events not yet durable, answered by the next release
+	// The quick path: while holding, the save waits for the quick tick in
+	// flight, until holdTimer fires (expired) or the next commit.
+	holding, expired bool
+	holdTimer        *time.Timer
+	// batches are the numbers of events the last two commits that
+	// acknowledged any acknowledged: the clients they answered are likely
+	// to send their next event soon.
+	batches [2]int
 
 	mu     sync.RWMutex         // guards live and recent
 	live   map[string]string    // task id → queued or running
@@ -196,6 +230,12 @@ type Runtime struct {
 type submission struct {
 	ev    Event
 	reply chan SubmitResult
+}
+
+// dupAck is a duplicate answered once the state it was seen in is durable.
+type dupAck struct {
+	sub   *submission
+	state TaskState
 }
 
 // SubmitResult is the answer to Submit.
@@ -246,24 +286,37 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 	if err := ValidateID(cfg.AgentID); err != nil {
 		return nil, err
 	}
-	for _, name := range cfg.Tools {
-		if !tool.Known(name) {
-			return nil, fmt.Errorf("agent %s: %w %q", cfg.AgentID, tool.ErrUnknownTool, name)
+	tools := make(map[string]tool.Tool, len(cfg.Tools))
+	for _, t := range cfg.Tools {
+		if t.Name == "" || t.Run == nil {
+			return nil, fmt.Errorf("agent %s: tool %q has no name or no Run", cfg.AgentID, t.Name)
 		}
+		if _, dup := tools[t.Name]; dup {
+			return nil, fmt.Errorf("agent %s: tool %q given twice", cfg.AgentID, t.Name)
+		}
+		tools[t.Name] = t
 	}
 	r := &Runtime{
 		cfg:       cfg,
+		tools:     tools,
+		lim:       cfg.limits(),
 		log:       cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
 		submitCh:  make(chan *submission, 1024),
 		confirmCh: make(chan uint64, 1024),
-		intentCh:  make(chan *intent),
-		doneCh:    make(chan *outcome),
-		snapCh:    make(chan chan *Snapshot),
-		stopCh:    make(chan struct{}),
-		exited:    make(chan struct{}),
-		known:     map[string]struct{}{},
-		live:      map[string]string{},
-		recent:    map[string]TaskState{},
+		// Buffered, every one, so that pending sees what was sent; one
+		// tick runs at a time, with at most one intent or outcome.
+		intentCh: make(chan *intent, 1),
+		doneCh:   make(chan *outcome, 1),
+		snapCh:   make(chan chan *Snapshot, 16),
+		stopCh:   make(chan struct{}),
+		exited:   make(chan struct{}),
+		live:     map[string]string{},
+		recent:   map[string]TaskState{},
+	}
+	if q, ok := cfg.Brain.(Quick); ok && q.Quick() && cfg.QuickWait > 0 {
+		r.quick = true
+		r.holdTimer = time.NewTimer(time.Hour)
+		r.holdTimer.Stop()
 	}
 	if ix, ok := cfg.Store.(ResultIndex); ok {
 		r.index = ix
@@ -307,46 +360,35 @@ func (r *Runtime) hydrate(ctx context.Context) error {
 				Msg("previous run was interrupted; recovering")
 		}
 	}
-	r.snap = s
-	if s.Memory.WorkingVariables == nil {
-		s.Memory.WorkingVariables = map[string]any{}
-	}
-	if s.Memory.ShortTermHistory == nil {
-		s.Memory.ShortTermHistory = []Message{}
-	}
-	if s.EventQueueBackup == nil {
-		s.EventQueueBackup = []Event{}
-	}
+	r.st = newState(s, r.cfg.limits())
 	s.SchemaVersion = SchemaVersion
 	if err := s.Transition(StatusStarting); err != nil {
 		return err
 	}
-	for _, id := range s.RecentEventIDs {
-		r.known[id] = struct{}{}
-	}
-	for _, m := range s.Memory.ShortTermHistory {
-		r.histBytes += len(m.Content)
-	}
 	for k, v := range r.cfg.Vars {
 		s.Memory.WorkingVariables[k] = v
 	}
-	if s.PendingAction != nil {
+	if p := s.PendingAction; p != nil {
 		if err := s.Transition(StatusRecovering); err != nil {
 			return err
 		}
-		if r.cfg.UnknownOutcome == UnknownAskModel && r.pendingToResult() {
+		switch {
+		case r.cfg.UnknownOutcome == UnknownAskModel && r.st.pendingToResult():
 			// The task stays queued and resumes with the brain.
-		} else {
-			r.resolvePending()
+			r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).
+				Msg("interrupted non-idempotent tool: the model is told its outcome is unknown")
+		case r.st.resolvePending(r.nowMs()):
+			r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).Msg("interrupted non-idempotent tool: task ends unknown_outcome")
+		default:
+			r.log.Warn().Str("event", p.EventID).Msg("pending action names no queued event; dropping it")
 		}
 	}
 	if err := s.Transition(StatusWaitingForEvent); err != nil {
 		return err
 	}
-	r.enforceBudget()
-	if err := r.save(ctx); err != nil {
-		return err
-	}
+	r.st.enforceBudget(nil)
+	// Hydrated events were acknowledged by an earlier process: they are
+	// queued as soon as this state is durable.
 	r.mu.Lock()
 	for _, ev := range s.EventQueueBackup {
 		if ev.ID != "" {
@@ -354,71 +396,7 @@ func (r *Runtime) hydrate(ctx context.Context) error {
 		}
 	}
 	r.mu.Unlock()
-	r.afterSave()
-	return nil
-}
-
-// resolvePending turns the task whose non-idempotent tool was interrupted
-// into an unknown_outcome result. The tool is never run again.
-func (r *Runtime) resolvePending() {
-	s := r.snap
-	p := s.PendingAction
-	s.PendingAction = nil
-	if len(s.EventQueueBackup) == 0 || s.EventQueueBackup[0].ID != p.EventID {
-		r.log.Warn().Str("event", p.EventID).Msg("pending action names no queued event; dropping it")
-		return
-	}
-	ev := s.EventQueueBackup[0]
-	out, _ := json.Marshal(map[string]any{
-		"completed": p.Completed,
-		"unknown":   map[string]any{"tool": p.Tool, "args": p.Args, "step": p.Step},
-	})
-	msg := fmt.Sprintf("the process stopped while %s was running; it may or may not have taken effect, and it is not run again", p.Tool)
-	r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).Msg("interrupted non-idempotent tool: task ends unknown_outcome")
-	r.finish(&outcome{
-		ev:       ev,
-		result:   Result{TaskID: p.TaskID, Status: ResultUnknownOutcome, Output: out, Error: msg, Source: ev.Source},
-		messages: []Message{{Role: "assistant", Content: "unknown outcome: " + msg, TaskID: p.TaskID}},
-	})
-}
-
-// pendingToResult turns an interrupted non-idempotent call into a tool
-// result saying its outcome is unknown, in the saved progress of its task,
-// so that the brain sees it at its next step. The calls after it in the same
-// reply are not run: they may depend on it. It returns false when there is
-// no saved progress to put it in.
-func (r *Runtime) pendingToResult() bool {
-	s := r.snap
-	p := s.PendingAction
-	l := s.Turn
-	if l == nil || l.EventID != p.EventID || len(l.Steps) == 0 ||
-		len(s.EventQueueBackup) == 0 || s.EventQueueBackup[0].ID != p.EventID {
-		return false
-	}
-	st := &l.Steps[len(l.Steps)-1]
-	i := len(st.Results)
-	if i >= len(st.Calls) || st.Calls[i].Tool != p.Tool {
-		return false
-	}
-	s.PendingAction = nil
-	st.Results = append(st.Results, ToolResult{CallID: st.Calls[i].ID, Tool: p.Tool,
-		Error: UnknownOutcomeMessage(p.Tool)})
-	for _, c := range st.Calls[i+1:] {
-		st.Results = append(st.Results, ToolResult{CallID: c.ID, Tool: c.Tool,
-			Error: "not run: an earlier call of the same reply has an unknown outcome"})
-	}
-	vars := s.Memory.WorkingVariables
-	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
-	r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).
-		Msg("interrupted non-idempotent tool: the model is told its outcome is unknown")
-	return true
-}
-
-// UnknownOutcomeMessage is the tool result the brain sees for a call of tool
-// that was interrupted by a crash.
-func UnknownOutcomeMessage(tool string) string {
-	return "outcome unknown: the agent stopped while " + tool + " was running, so it may or may not have " +
-		"taken effect; it is not run again by itself. Check before retrying."
+	return r.commit(ctx)
 }
 
 // Submit queues an event and returns once it is durable (or was a
@@ -472,6 +450,14 @@ func (r *Runtime) Snapshot(ctx context.Context) (*Snapshot, error) {
 	select {
 	case s := <-ch:
 		return s, nil
+	case <-r.exited:
+		// The request may sit unread in the buffer of a runtime that ended.
+		select {
+		case s := <-ch:
+			return s, nil
+		default:
+			return nil, ErrStopped
+		}
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -501,22 +487,6 @@ func (r *Runtime) TaskState(ctx context.Context, taskID string) (TaskState, bool
 		return TaskState{}, false, nil
 	}
 	return stateOf(got), true, nil
-}
-
-// isNotFound recognises a store's not-found error without importing the
-// plugin package: every ErrNotFound says "not found".
-func isNotFound(err error) bool {
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		if e.Error() == "not found" {
-			return true
-		}
-	}
-	return false
-}
-
-func stateOf(res *Result) TaskState {
-	return TaskState{TaskID: res.TaskID, AgentID: res.AgentID, Status: res.Status,
-		Output: res.Output, Error: res.Error, TickIndex: res.TickIndex}
 }
 
 // Stop finishes the tick in flight, saves the snapshot as STOPPED and ends
@@ -550,58 +520,96 @@ func (r *Runtime) closeArtifacts() {
 	}
 }
 
+// isNotFound reports whether err says the task index has no such task.
+func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
 func (r *Runtime) loop() {
 	defer close(r.exited)
 	defer r.closeArtifacts()
-	stopCh := r.stopCh
 	for {
 		if r.stopping && !r.busy {
 			r.exitErr = r.shutdown()
 			return
 		}
 		r.maybeStartTick()
-		// Wait for the first thing to do.
-		select {
-		case sub := <-r.submitCh:
-			r.handleSubmit(sub)
-		case seq := <-r.confirmCh:
-			r.handleConfirm(seq)
-		case in := <-r.intentCh:
-			r.handleIntent(in)
-		case out := <-r.doneCh:
-			r.handleOutcome(out)
-		case ch := <-r.snapCh:
-			ch <- r.snap.Clone()
-		case <-stopCh:
-			r.stopping = true
-			stopCh = nil
-		}
-		// Group commit: everything that arrived meanwhile rides on one save.
-	drain:
-		for {
-			select {
-			case sub := <-r.submitCh:
-				r.handleSubmit(sub)
-			case seq := <-r.confirmCh:
-				r.handleConfirm(seq)
-			case in := <-r.intentCh:
-				r.handleIntent(in)
-			case out := <-r.doneCh:
-				r.handleOutcome(out)
-			case ch := <-r.snapCh:
-				ch <- r.snap.Clone()
-			default:
-				break drain
-			}
-		}
-		if r.dirty {
-			if err := r.save(context.Background()); err != nil {
-				r.fail(err)
+		if r.dirty && !r.held() {
+			if r.commit(context.Background()) != nil {
 				return
 			}
-			r.afterSave()
+			continue // the save may let a tick start
+		}
+		r.receive() // the first thing to do
+		// Group commit: everything that arrived meanwhile rides on one save.
+		for r.pending() {
+			r.receive()
 		}
 	}
+}
+
+// held reports whether the save waits, on the quick path: for the quick
+// tick in flight (its event, and what arrived meanwhile, are then saved with
+// its outcome in one commit), and then for as many events as the last
+// commits acknowledged (group commit: the clients they answered are sending
+// their next). An intent waiting for its save, a stop, or the end of
+// QuickWait end the wait; a single client never waits for another.
+func (r *Runtime) held() bool {
+	if !r.holding || r.expired || len(r.intentAcks) > 0 || r.stopping {
+		return false
+	}
+	return r.busy || len(r.acks) < max(r.batches[0], r.batches[1])
+}
+
+// receive waits for one message to the runtime's goroutine and handles it.
+func (r *Runtime) receive() {
+	stopCh := r.stopCh
+	if r.stopping {
+		stopCh = nil
+	}
+	var holdC <-chan time.Time
+	if r.holding && !r.expired {
+		holdC = r.holdTimer.C
+	}
+	select {
+	case sub := <-r.submitCh:
+		r.handleSubmit(sub)
+	case seq := <-r.confirmCh:
+		r.handleConfirm(seq)
+	case in := <-r.intentCh:
+		r.handleIntent(in)
+	case out := <-r.doneCh:
+		r.handleOutcome(out)
+	case ch := <-r.snapCh:
+		ch <- r.st.snap.Clone()
+	case <-holdC:
+		r.expired = true
+	case <-stopCh:
+		r.stopping = true
+	}
+}
+
+// pending reports whether a message is waiting; every channel receive
+// reads is buffered, so a sender that has sent is seen here.
+func (r *Runtime) pending() bool {
+	return len(r.submitCh) > 0 || len(r.confirmCh) > 0 || len(r.intentCh) > 0 ||
+		len(r.doneCh) > 0 || len(r.snapCh) > 0
+}
+
+// commit saves the state and then releases what waited for the save. If
+// the save fails, nothing is released: the runtime fails.
+func (r *Runtime) commit(ctx context.Context) error {
+	if r.holding {
+		r.holdTimer.Stop()
+		r.holding, r.expired = false, false
+	}
+	if n := len(r.acks); n > 0 {
+		r.batches = [2]int{r.batches[1], n}
+	}
+	if err := r.save(ctx); err != nil {
+		r.fail(err)
+		return err
+	}
+	r.release()
+	return nil
 }
 
 func (r *Runtime) handleSubmit(sub *submission) {
@@ -611,90 +619,59 @@ func (r *Runtime) handleSubmit(sub *submission) {
 		return
 	}
 	if ev.ID != "" {
-		if st, dup := r.duplicateState(ev.ID); dup {
+		if st, dup := r.st.duplicate(ev.ID, r.memoryState, r.indexState); dup {
+			if r.dirty {
+				// The state it was seen in may not be durable yet: its
+				// source is acknowledged after the next save.
+				r.dupAcks = append(r.dupAcks, dupAck{sub: sub, state: st})
+				return
+			}
 			sub.reply <- SubmitResult{State: st, Duplicate: true}
 			return
 		}
 	}
-	if len(r.snap.EventQueueBackup) >= r.cfg.MaxQueue {
-		sub.reply <- SubmitResult{Err: fmt.Errorf("%w (%d events)", ErrQueueFull, r.cfg.MaxQueue)}
-		return
-	}
 	if ev.ReceivedAt == 0 {
 		ev.ReceivedAt = r.nowMs()
 	}
-	r.snap.EventQueueBackup = append(r.snap.EventQueueBackup, ev)
-	if ev.ID != "" {
-		r.remember(ev.ID)
+	if err := r.st.accept(ev); err != nil {
+		sub.reply <- SubmitResult{Err: err}
+		return
 	}
 	r.dirty = true
 	sub.ev = ev
 	r.acks = append(r.acks, sub)
 }
 
-// duplicateState answers whether id was seen before, and its state.
-func (r *Runtime) duplicateState(id string) (TaskState, bool) {
-	if _, seen := r.known[id]; !seen {
-		// Older than recent_event_ids: the task index still knows it.
-		if r.index != nil {
-			if res, err := r.index.TaskResult(context.Background(), r.cfg.AgentID, id); err == nil && res != nil {
-				return stateOf(res), true
-			}
-		}
-		return TaskState{}, false
-	}
-	for _, res := range r.snap.Outbox {
-		if res.TaskID == id {
-			return stateOf(&res), true
-		}
-	}
+// memoryState is the state of a task this process knows: running, queued
+// after a save, or finished and remembered.
+func (r *Runtime) memoryState(id string) (TaskState, bool) {
 	r.mu.RLock()
-	st, live := r.live[id]
-	res, rec := r.recent[id]
-	r.mu.RUnlock()
-	switch {
-	case rec:
+	defer r.mu.RUnlock()
+	if res, ok := r.recent[id]; ok {
 		return res, true
-	case live:
+	}
+	if st, ok := r.live[id]; ok {
 		return TaskState{TaskID: id, AgentID: r.cfg.AgentID, Status: st}, true
 	}
-	for _, ev := range r.snap.EventQueueBackup {
-		if ev.ID == id {
-			return TaskState{TaskID: id, AgentID: r.cfg.AgentID, Status: TaskQueued}, true
-		}
-	}
-	if r.index != nil {
-		if res, err := r.index.TaskResult(context.Background(), r.cfg.AgentID, id); err == nil && res != nil {
-			return stateOf(res), true
-		}
-	}
-	// Seen, but its result has left retention.
-	return TaskState{TaskID: id, AgentID: r.cfg.AgentID, Status: ResultDone}, true
+	return TaskState{}, false
 }
 
-func (r *Runtime) remember(id string) {
-	s := r.snap
-	s.RecentEventIDs = append(s.RecentEventIDs, id)
-	r.known[id] = struct{}{}
-	// Trimmed in batches of a quarter of the bound, so that a busy agent
-	// does not copy the whole list on every event.
-	if over := len(s.RecentEventIDs) - r.cfg.RecentIDs; over > r.cfg.RecentIDs/4 {
-		for _, old := range s.RecentEventIDs[:over] {
-			delete(r.known, old)
-		}
-		s.RecentEventIDs = append([]string(nil), s.RecentEventIDs[over:]...)
-		s.RecentSeq += uint64(over)
+// indexState is the state of a finished task in the store's task index.
+func (r *Runtime) indexState(id string) (TaskState, bool) {
+	if r.index == nil {
+		return TaskState{}, false
 	}
+	res, err := r.index.TaskResult(context.Background(), r.cfg.AgentID, id)
+	if err != nil || res == nil {
+		return TaskState{}, false
+	}
+	return stateOf(res), true
 }
 
+// handleConfirm drops a delivered result from the outbox; the change rides
+// on the next save, which it does not cause.
 func (r *Runtime) handleConfirm(seq uint64) {
-	out := r.snap.Outbox
-	for i := range out {
-		if out[i].Seq == seq {
-			r.snap.Outbox = append(out[:i:i], out[i+1:]...)
-			return
-		}
-	}
+	r.st.confirm(seq)
 }
 
 func (r *Runtime) handleIntent(in *intent) {
@@ -708,192 +685,33 @@ func (r *Runtime) handleIntent(in *intent) {
 		}
 		in.refused = true
 	}
-	r.snap.Turn = in.turn
+	var action *PendingAction
 	if in.hasAction {
-		p := in.action
-		r.snap.PendingAction = &p
-		_ = r.snap.Transition(StatusRunningTool)
-	} else if r.snap.PendingAction != nil {
-		// A new reply: the tool of the last pending action finished and its
-		// result is in the turn.
-		r.snap.PendingAction = nil
-		_ = r.snap.Transition(StatusThinking)
+		action = &in.action
 	}
+	r.st.intend(in.turn, action)
 	r.dirty = true
 	r.intentAcks = append(r.intentAcks, in)
 }
 
 func (r *Runtime) handleOutcome(out *outcome) {
 	r.busy = false
+	r.tickID = ""
 	if out.aborted {
-		r.snap.PendingAction = nil
-		_ = r.snap.Transition(StatusWaitingForEvent)
-		r.mu.Lock()
-		r.live[out.ev.ID] = TaskQueued
-		r.mu.Unlock()
-		r.dirty = true
-		return
-	}
-	r.finish(out)
-}
-
-// finish applies a tick's outcome: the event leaves the queue, the history
-// and variables are updated, tick_index advances and the result enters the
-// outbox. The caller saves.
-func (r *Runtime) finish(out *outcome) {
-	s := r.snap
-	if len(s.EventQueueBackup) > 0 && s.EventQueueBackup[0].ID == out.ev.ID {
-		s.EventQueueBackup = s.EventQueueBackup[1:]
-		s.QueueSeq++
-	}
-	s.PendingAction = nil
-	s.Turn = nil
-	s.TickIndex++
-	for _, m := range out.messages {
-		s.Memory.ShortTermHistory = append(s.Memory.ShortTermHistory, m)
-		r.histBytes += len(m.Content)
-	}
-	r.summary = out.summary
-	r.enforceBudget()
-	r.summary = nil
-	if out.usage != (Usage{}) {
-		vars := s.Memory.WorkingVariables
-		vars["tokens_prompt"] = numberVar(vars["tokens_prompt"]) + out.usage.PromptTokens
-		vars["tokens_completion"] = numberVar(vars["tokens_completion"]) + out.usage.CompletionTokens
-		vars["last_task_tokens"] = out.usage.PromptTokens + out.usage.CompletionTokens
-	}
-	res := out.result
-	if s.NextResultSeq == 0 {
-		// Sequence numbers start at 1: stores keep "the highest seq
-		// indexed" as their mark, where 0 means none.
-		s.NextResultSeq = 1
-	}
-	res.Seq = s.NextResultSeq
-	s.NextResultSeq++
-	res.AgentID = r.cfg.AgentID
-	res.TickIndex = s.TickIndex
-	res.FinishedAt = r.nowMs()
-	s.Outbox = append(s.Outbox, res)
-	applySession(s, out)
-	vars := s.Memory.WorkingVariables
-	vars["last_task_id"] = res.TaskID
-	vars["tasks_"+res.Status] = numberVar(vars["tasks_"+res.Status]) + 1
-	if s.Status != StatusStarting && s.Status != StatusRecovering {
-		_ = s.Transition(StatusWaitingForEvent)
+		r.st.abort()
+		if out.ev.ID != "" && !r.unacked(out.ev.ID) {
+			r.mu.Lock()
+			r.live[out.ev.ID] = TaskQueued
+			r.mu.Unlock()
+		}
+	} else {
+		r.st.finish(out, r.nowMs())
 	}
 	r.dirty = true
 }
 
-func numberVar(v any) int64 {
-	switch n := v.(type) {
-	case float64:
-		return int64(n)
-	case int64:
-		return n
-	case int:
-		return int64(n)
-	case json.Number:
-		i, _ := n.Int64()
-		return i
-	}
-	return 0
-}
-
-// enforceBudget drops the oldest messages beyond the context budget and
-// summarises them into working variables.
-func (r *Runtime) enforceBudget() {
-	s := r.snap
-	h := s.Memory.ShortTermHistory
-	drop := 0
-	bytes := r.histBytes
-	for r.overBudget(len(h)-drop, bytes) {
-		bytes -= len(h[drop].Content)
-		drop++
-	}
-	if drop == 0 {
-		return
-	}
-	vars := s.Memory.WorkingVariables
-	if ms := r.summary; ms != nil && ms.note == "" && ms.covers == drop {
-		// The brain summarised exactly what leaves the window.
-		vars["history_summary"] = ms.text
-		delete(vars, "history_summary_note")
-	} else {
-		summary, _ := vars["history_summary"].(string)
-		vars["history_summary"] = foldSummary(summary, h[:drop])
-		if ms != nil && ms.note != "" {
-			vars["history_summary_note"] = ms.note
-		}
-	}
-	vars["history_dropped"] = numberVar(vars["history_dropped"]) + int64(drop)
-	s.Memory.ShortTermHistory = h[drop:]
-	s.HistorySeq += uint64(drop)
-	r.histBytes = bytes
-}
-
-const maxSummary = 2048
-
-// foldSummary appends a line per dropped message to the running summary and
-// keeps its last maxSummary bytes, cut at a character boundary. Only the
-// newest lines can survive the cut, so it walks the dropped messages from
-// the newest and stops once it has enough: its cost does not grow with the
-// number of messages dropped at once (hydrating an agent whose stored
-// history is far over a new, smaller budget drops thousands).
-func foldSummary(old string, dropped []Message) string {
-	var lines []string
-	n := 0
-	for i := len(dropped) - 1; i >= 0 && n < maxSummary; i-- {
-		l := summarize(dropped[i])
-		lines = append(lines, l)
-		n += len(l)
-	}
-	if n < maxSummary {
-		if keep := maxSummary - n; len(old) > keep {
-			old = old[len(old)-keep:]
-		}
-		lines = append(lines, old)
-		n += len(old)
-	}
-	var b strings.Builder
-	b.Grow(n)
-	for i := len(lines) - 1; i >= 0; i-- {
-		b.WriteString(lines[i])
-	}
-	sum := b.String()
-	if len(sum) > maxSummary {
-		sum = sum[len(sum)-maxSummary:]
-	}
-	for len(sum) > 0 && !utf8.RuneStart(sum[0]) {
-		sum = sum[1:]
-	}
-	return sum
-}
-
-// overBudget reports whether a window of n messages holding bytes bytes of
-// content is larger than the context budget.
-func (r *Runtime) overBudget(n, bytes int) bool {
-	return n > r.cfg.MaxMessages || (r.cfg.MaxTokens > 0 && bytes/4 > r.cfg.MaxTokens && n > 1)
-}
-
-// summarize folds one message that left the window into a line of the
-// running summary kept in working variables.
-func summarize(m Message) string {
-	c := m.Content
-	if len(c) > 80 {
-		cut := 80
-		for cut > 0 && !utf8.RuneStart(c[cut]) {
-			cut--
-		}
-		c = c[:cut] + "…"
-	}
-	if m.TaskID != "" {
-		return fmt.Sprintf("[%s %s] %s\n", m.TaskID, m.Role, c)
-	}
-	return fmt.Sprintf("[%s] %s\n", m.Role, c)
-}
-
 func (r *Runtime) save(ctx context.Context) error {
-	s := r.snap
+	s := r.st.snap
 	s.Timestamp = r.nowMs()
 	if r.cfg.BeforeSave != nil {
 		r.cfg.BeforeSave(s)
@@ -908,17 +726,23 @@ func (r *Runtime) save(ctx context.Context) error {
 	return nil
 }
 
-// afterSave does what a save allows: acknowledge queued events, let tools
-// run, publish results.
-func (r *Runtime) afterSave() {
+// release does what a save allows, in this order: acknowledge the events it
+// made durable, let the tools waiting on their intent run, and deliver the
+// results it made durable (to TaskState and WaitTask, then to the Outbox).
+func (r *Runtime) release() {
+	s := r.st.snap
 	r.mu.Lock()
 	for _, sub := range r.acks {
 		if sub.ev.ID != "" {
 			r.live[sub.ev.ID] = TaskQueued
 		}
 	}
+	if r.busy && r.tickID != "" {
+		// A quick tick runs on an event this save made durable.
+		r.live[r.tickID] = TaskRunning
+	}
 	var fresh []Result
-	for _, res := range r.snap.Outbox {
+	for _, res := range s.Outbox {
 		if res.Seq >= r.handed {
 			fresh = append(fresh, res)
 		}
@@ -933,6 +757,14 @@ func (r *Runtime) afterSave() {
 		sub.reply <- SubmitResult{State: TaskState{TaskID: sub.ev.ID, AgentID: r.cfg.AgentID, Status: TaskQueued}}
 	}
 	r.acks = r.acks[:0]
+	for _, d := range r.dupAcks {
+		st := d.state
+		if now, ok := r.st.duplicate(d.sub.ev.ID, r.memoryState, r.indexState); ok {
+			st = now
+		}
+		d.sub.reply <- SubmitResult{State: st, Duplicate: true}
+	}
+	r.dupAcks = r.dupAcks[:0]
 	for _, in := range r.intentAcks {
 		if in.refused {
 			in.reply <- ErrStopping
@@ -948,9 +780,9 @@ func (r *Runtime) afterSave() {
 			r.cfg.Outbox.Deliver(fresh)
 		} else if r.index != nil {
 			// The task index holds them durably: they are delivered.
-			r.snap.Outbox = r.snap.Outbox[:0]
-		} else if over := len(r.snap.Outbox) - 1024; over > 0 {
-			r.snap.Outbox = append([]Result(nil), r.snap.Outbox[over:]...)
+			s.Outbox = s.Outbox[:0]
+		} else if over := len(s.Outbox) - 1024; over > 0 {
+			s.Outbox = append([]Result(nil), s.Outbox[over:]...)
 		}
 	}
 }
@@ -986,6 +818,10 @@ func (r *Runtime) fail(err error) {
 		in.reply <- err
 	}
 	r.intentAcks = nil
+	for _, d := range r.dupAcks {
+		d.sub.reply <- SubmitResult{Err: err}
+	}
+	r.dupAcks = nil
 	r.exitErr = err
 	if r.busy {
 		// Let the tick goroutine finish on its own; its outcome is
@@ -1003,27 +839,33 @@ func (r *Runtime) fail(err error) {
 	}
 }
 
+// shutdown saves the snapshot as STOPPED, with whatever is still queued.
 func (r *Runtime) shutdown() error {
-	s := r.snap
+	s := r.st.snap
 	if err := s.Transition(StatusStopping); err != nil {
 		return err
 	}
 	if err := s.Transition(StatusStopped); err != nil {
 		return err
 	}
-	if err := r.save(context.Background()); err != nil {
-		r.fail(err)
+	if err := r.commit(context.Background()); err != nil {
 		return err
 	}
-	r.afterSave()
 	r.log.Info().Uint64("tick", s.TickIndex).Int("queued", len(s.EventQueueBackup)).Msg("stopped cleanly")
 	return nil
 }
 
+// maybeStartTick starts the tick of the first queued event when none is in
+// flight. A tick starts on a durable state, except a quick one: it may run
+// before its event is saved, the save then waiting for it (held).
 func (r *Runtime) maybeStartTick() {
-	s := r.snap
+	s := r.st.snap
 	if r.busy || r.stopping || len(s.EventQueueBackup) == 0 {
 		return
+	}
+	quick := r.quick && !r.expired
+	if r.dirty && !quick {
+		return // saved first
 	}
 	ev := s.EventQueueBackup[0]
 	if err := s.Transition(StatusThinking); err != nil {
@@ -1031,21 +873,38 @@ func (r *Runtime) maybeStartTick() {
 		return
 	}
 	r.busy = true
-	r.mu.Lock()
-	if ev.ID != "" {
+	r.tickID = ev.ID
+	if ev.ID != "" && !r.unacked(ev.ID) {
+		// Not yet durable: release marks it running after the save.
+		r.mu.Lock()
 		r.live[ev.ID] = TaskRunning
+		r.mu.Unlock()
 	}
-	r.mu.Unlock()
+	if quick && !r.holding {
+		r.holding = true
+		r.holdTimer.Reset(r.cfg.QuickWait)
+	}
 	// The tick reads the history while this goroutine waits for its
 	// outcome: no element changes meanwhile, and a clipped slice makes any
 	// append go to a new array, so the window is shared, not copied.
 	h := s.Memory.ShortTermHistory
-	in := tickInput{ev: ev, history: h[:len(h):len(h)], histBytes: r.histBytes}
+	in := tickInput{ev: ev, history: h[:len(h):len(h)], histBytes: r.st.histBytes}
 	in.memory, _ = s.Memory.WorkingVariables["history_summary"].(string)
 	if s.Turn != nil && s.Turn.EventID == ev.ID {
 		in.turn = s.Turn.Clone()
 	}
 	go r.tick(in)
+}
+
+// unacked reports whether the event id was accepted since the last save,
+// so is not durable yet.
+func (r *Runtime) unacked(id string) bool {
+	for _, sub := range r.acks {
+		if sub.ev.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // ID returns the agent id.

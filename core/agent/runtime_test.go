@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
-	_ "github.com/openstarry/openstarry-edge/core/tool"
+	"github.com/openstarry/openstarry-edge/core/tool"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -84,7 +85,7 @@ func newEnv(t *testing.T) *env {
 	}
 	e := &env{t: t, store: newJSONStore(), dir: t.TempDir()}
 	e.cfg = agent.Config{
-		AgentID: "a1", Store: e.store, Brain: echo, Tools: []string{"file_append", "sleep_ms"},
+		AgentID: "a1", Store: e.store, Brain: echo, Tools: tool.MustResolve("file_append", "sleep_ms"),
 		ArtifactsDir: e.dir, Log: zerolog.New(zerolog.NewTestWriter(t)),
 	}
 	return e
@@ -445,5 +446,250 @@ func TestWaitTaskConcurrent(t *testing.T) {
 	defer cancel()
 	if _, ok, err := rt.WaitTask(ctx, "never-sent"); ok || err != nil {
 		t.Fatalf("unknown task: found=%v err=%v", ok, err)
+	}
+}
+
+// The host resolves the tools; the runtime refuses a list it cannot use.
+func TestStartRefusesBadTools(t *testing.T) {
+	sleep := tool.MustResolve("sleep_ms")[0]
+	for name, tools := range map[string][]tool.Tool{
+		"twice":  {sleep, sleep},
+		"no run": {{Name: "x"}},
+		"noname": {{Run: sleep.Run}},
+	} {
+		e := newEnv(t)
+		e.cfg.Tools = tools
+		if rt, err := agent.Start(context.Background(), e.cfg); err == nil {
+			_ = rt.Stop(context.Background())
+			t.Errorf("%s: started", name)
+		}
+	}
+}
+
+// slowBrain is the echo brain without Quick: it stands for a model.
+type slowBrain struct{ agent.Brain }
+
+// gateTool is an idempotent tool that runs until its gate opens.
+func gateTool(entered chan<- struct{}, gate <-chan struct{}) tool.Tool {
+	return tool.Tool{Name: "gate", Idempotent: true, Run: func(ctx context.Context, _ tool.Env, _ json.RawMessage) (json.RawMessage, error) {
+		entered <- struct{}{}
+		select {
+		case <-gate:
+			return json.RawMessage(`"open"`), nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}}
+}
+
+// A task of a quick brain whose tools are idempotent is accepted, run and
+// finished in one save; a slow brain's task is saved when accepted and
+// again when finished, and each reply of it before its calls run; a
+// non-idempotent tool's intent is saved before it runs.
+func TestSavesPerTask(t *testing.T) {
+	echo, err := brain.New(design.Brain{Provider: "echo"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleep := map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": 0}}}}
+	cases := []struct {
+		name      string
+		brain     agent.Brain
+		quickWait time.Duration
+		input     any
+		saves     int
+	}{
+		{"quick: answer", echo, time.Minute, "hello", 1},
+		{"quick: idempotent tool", echo, time.Minute, sleep, 1},
+		{"quick: non-idempotent tool", echo, time.Minute, appendCall("log.txt", "x"), 2},
+		{"quick path off", echo, -1, "hello", 2},
+		{"slow: answer", slowBrain{echo}, time.Minute, "hello", 2},
+		{"slow: idempotent tool", slowBrain{echo}, time.Minute, sleep, 3},
+		{"slow: non-idempotent tool", slowBrain{echo}, time.Minute, appendCall("log.txt", "x"), 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.Brain = tc.brain
+			e.cfg.QuickWait = tc.quickWait
+			var saved []*agent.Snapshot
+			e.cfg.AfterSave = func(s *agent.Snapshot) { saved = append(saved, s.Clone()) }
+			rt := e.start()
+			if res := submit(t, rt, "t1", tc.input); res.Err != nil || res.State.Status != agent.TaskQueued {
+				t.Fatalf("submit: %+v", res)
+			}
+			if st := waitTask(t, rt, "t1"); st.Status != agent.ResultDone {
+				t.Fatalf("state = %+v", st)
+			}
+			snap, _ := rt.Snapshot(context.Background()) // after the loop's last save
+			if n := len(saved) - 1; n != tc.saves || snap.TickIndex != 1 {
+				t.Fatalf("%d saves for one task (tick %d), want %d", n, snap.TickIndex, tc.saves)
+			}
+			// The first save after hydration holds the event, acknowledged
+			// only once it is durable.
+			if first := saved[1]; first.RecentEventIDs[0] != "t1" {
+				t.Fatalf("first save after hydration: %+v", first)
+			}
+			if last := saved[len(saved)-1]; len(last.EventQueueBackup) != 0 || last.TickIndex != 1 {
+				t.Fatalf("last save: %+v", last)
+			}
+		})
+	}
+}
+
+// A quick brain's tick that outlasts QuickWait (a slow idempotent tool) has
+// its event saved and acknowledged while it runs; the outcome is saved
+// after.
+func TestQuickWaitRunsOut(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.cfg.Tools = append(e.cfg.Tools, gateTool(entered, gate))
+	e.cfg.QuickWait = 5 * time.Millisecond
+	var saves []*agent.Snapshot
+	var mu sync.Mutex
+	e.cfg.AfterSave = func(s *agent.Snapshot) { mu.Lock(); saves = append(saves, s.Clone()); mu.Unlock() }
+	rt := e.start()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in, _ := json.Marshal(map[string]any{"call": []map[string]any{{"tool": "gate"}}})
+	ev, _ := agent.TaskEvent(&agent.Task{TaskID: "t1", Input: in}, "test", time.Now().UnixMilli())
+	res := rt.Submit(ctx, ev) // returns while the tool still runs
+	if res.Err != nil {
+		t.Fatalf("submit while the tool runs: %+v", res)
+	}
+	<-entered
+	if st, ok, _ := rt.TaskState(context.Background(), "t1"); !ok || st.Status != agent.TaskRunning {
+		t.Fatalf("state while the tool runs = %+v %v", st, ok)
+	}
+	mu.Lock()
+	if s := saves[len(saves)-1]; len(s.EventQueueBackup) != 1 || s.TickIndex != 0 {
+		t.Fatalf("the acknowledged event is not durable: %+v", s)
+	}
+	mu.Unlock()
+	close(gate)
+	if st := waitTask(t, rt, "t1"); st.Status != agent.ResultDone {
+		t.Fatalf("state = %+v", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(saves) - 1; n != 2 {
+		t.Fatalf("%d saves, want 2 (accepted, finished)", n)
+	}
+}
+
+// notWithin reports whether nothing arrived on ch within d: it waits for
+// something that must not happen.
+func notWithin[T any](ch <-chan T, d time.Duration) bool {
+	select {
+	case <-ch:
+		return false
+	case <-time.After(d):
+		return true
+	}
+}
+
+// A duplicate of an event that is accepted but not yet durable (its quick
+// tick holds the save) is answered only after that save.
+func TestDuplicateWaitsForTheSave(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.cfg.Tools = append(e.cfg.Tools, gateTool(entered, gate))
+	e.cfg.QuickWait = time.Minute
+	rt := e.start()
+	in := map[string]any{"call": []map[string]any{{"tool": "gate"}}}
+	first, dup := make(chan agent.SubmitResult, 1), make(chan agent.SubmitResult, 1)
+	go func() { first <- submit(t, rt, "t1", in) }()
+	<-entered // t1 is accepted, its tick runs, nothing is saved
+	go func() { dup <- submit(t, rt, "t1", in) }()
+	if !notWithin(dup, 100*time.Millisecond) {
+		t.Fatal("the duplicate was answered before the event was durable")
+	}
+	if len(e.store.stored(t, "a1").RecentEventIDs) != 0 {
+		t.Fatal("saved while the quick tick held the save")
+	}
+	close(gate)
+	if r := <-first; r.Err != nil || r.Duplicate {
+		t.Fatalf("first: %+v", r)
+	}
+	r := <-dup
+	if r.Err != nil || !r.Duplicate || r.State.Status != agent.ResultDone {
+		t.Fatalf("duplicate: %+v", r)
+	}
+	if s := e.store.stored(t, "a1"); s.TickIndex != 1 || len(s.EventQueueBackup) != 0 {
+		t.Fatalf("stored: %+v", s)
+	}
+}
+
+// On the quick path a save waits for as many events as the last commit
+// acknowledged: concurrent clients that each send their next task once
+// answered share one save per round.
+func TestQuickGroupCommit(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.cfg.Tools = append(e.cfg.Tools, gateTool(entered, gate))
+	e.cfg.QuickWait = time.Minute // the wait ends by count, never by time
+	var saves atomic.Int64
+	e.cfg.AfterSave = func(*agent.Snapshot) { saves.Add(1) }
+	rt := e.start()
+	round := func(ids ...string) <-chan agent.SubmitResult {
+		out := make(chan agent.SubmitResult, len(ids))
+		for _, id := range ids {
+			go func() { out <- submit(t, rt, id, "x") }()
+		}
+		return out
+	}
+	queued := func(n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			s, err := rt.Snapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.RecentEventIDs) >= n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%d events accepted, want %d", len(s.RecentEventIDs), n)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	// Round 1: three clients, held together by a tick on the gate.
+	first := make(chan agent.SubmitResult, 1)
+	in := map[string]any{"call": []map[string]any{{"tool": "gate"}}}
+	go func() { first <- submit(t, rt, "g", in) }()
+	<-entered
+	r1 := round("a1", "a2")
+	queued(3)
+	before := saves.Load()
+	close(gate)
+	for _, ch := range []<-chan agent.SubmitResult{first, r1, r1} {
+		if r := <-ch; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if n := saves.Load() - before; n != 1 {
+		t.Fatalf("round 1: %d saves for three tasks, want 1", n)
+	}
+	// Round 2: the first client's next task waits for the other two.
+	before = saves.Load()
+	r2 := round("b1")
+	if !notWithin(r2, 100*time.Millisecond) {
+		t.Fatal("the save did not wait for the clients of the last round")
+	}
+	r3 := round("b2", "b3")
+	for _, ch := range []<-chan agent.SubmitResult{r2, r3, r3} {
+		if r := <-ch; r.Err != nil {
+			t.Fatal(r.Err)
+		}
+	}
+	if n := saves.Load() - before; n != 1 {
+		t.Fatalf("round 2: %d saves for three tasks, want 1", n)
+	}
+	for _, id := range []string{"g", "a1", "a2", "b1", "b2", "b3"} {
+		if st := waitTask(t, rt, id); st.Status != agent.ResultDone {
+			t.Fatalf("%s = %+v", id, st)
+		}
 	}
 }

@@ -30,14 +30,18 @@ type tickInput struct {
 // tick runs one event through the brain and the tools, off the runtime's
 // goroutine, and hands the outcome back. It never touches r.snap.
 func (r *Runtime) tick(in tickInput) {
-	out := r.think(in)
+	out := r.thinkAndAct(in)
 	if !out.aborted {
 		r.summarizeOverflow(in, out)
 	}
 	r.doneCh <- out
 }
 
-func (r *Runtime) think(in tickInput) *outcome {
+// thinkAndAct runs one event: it asks the brain, runs the tools the brain
+// calls (each non-idempotent one only after its intent is durable), and
+// asks again with their results, until the brain answers, a step limit or
+// deadline ends the task, or the runtime stops (aborted).
+func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	ev := in.ev
 	out := &outcome{ev: ev}
 	if ev.Type != "task" {
@@ -132,9 +136,11 @@ func (r *Runtime) think(in tickInput) *outcome {
 			return end(Message{Role: "assistant", Content: clip(inputText(out.result.Output))})
 		}
 		// The reply is durable before any of its calls runs: a crash from
-		// here on resumes with these calls, not with a new question.
+		// here on resumes with these calls, not with a new question. A
+		// quick brain is asked again instead: it answers the same, at
+		// once. (A non-idempotent call saves the reply with its intent.)
 		log.Steps = append(log.Steps, TurnStep{Calls: reply.Calls})
-		if r.checkpoint(ev, log, nil) != nil {
+		if !r.quick && r.checkpoint(ev, log, nil) != nil {
 			out.aborted = true
 			return out
 		}
@@ -215,13 +221,9 @@ func jitter(d time.Duration) time.Duration {
 func (r *Runtime) runTool(ctx context.Context, ev Event, task *Task, step int, call Call, done []ToolResult, log *TurnLog) (ToolResult, bool) {
 	taskID := task.TaskID
 	res := ToolResult{Tool: call.Tool, CallID: call.ID}
-	if !r.allowed(call.Tool) {
+	t, ok := r.tools[call.Tool]
+	if !ok {
 		res.Error = fmt.Sprintf("tool %q is not available to this agent", call.Tool)
-		return res, false
-	}
-	t, err := r.lookup(call.Tool)
-	if err != nil {
-		res.Error = err.Error()
 		return res, false
 	}
 	if err := argsObject(call.Args); err != nil {
@@ -268,38 +270,11 @@ func argsObject(raw json.RawMessage) error {
 	return nil
 }
 
-func (r *Runtime) allowed(name string) bool {
-	for _, n := range r.cfg.Tools {
-		if n == name {
-			return true
-		}
-	}
-	for _, t := range r.cfg.ExtraTools {
-		if t.Name == name {
-			return true
-		}
-	}
-	return false
-}
-
-// lookup finds a tool among the agent's own tools, then the registry.
-func (r *Runtime) lookup(name string) (tool.Tool, error) {
-	for _, t := range r.cfg.ExtraTools {
-		if t.Name == name {
-			return t, nil
-		}
-	}
-	return tool.Lookup(name)
-}
-
+// toolSpecs describes the agent's tools to its brain, in the order the
+// host gave them.
 func (r *Runtime) toolSpecs() []ToolSpec {
 	specs := make([]ToolSpec, 0, len(r.cfg.Tools))
-	for _, n := range r.cfg.Tools {
-		if t, err := tool.Lookup(n); err == nil {
-			specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
-		}
-	}
-	for _, t := range r.cfg.ExtraTools {
+	for _, t := range r.cfg.Tools {
 		specs = append(specs, ToolSpec{Name: t.Name, Description: t.Description, Idempotent: t.Idempotent, Parameters: t.Parameters})
 	}
 	return specs
@@ -370,7 +345,7 @@ func (r *Runtime) summarizeOverflow(in tickInput, out *outcome) {
 		bytes += len(m.Content)
 	}
 	drop := 0
-	for r.overBudget(n-drop, bytes) {
+	for r.lim.overBudget(n-drop, bytes) {
 		bytes -= len(at(drop).Content)
 		drop++
 	}

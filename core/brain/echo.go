@@ -25,6 +25,10 @@ type Script struct {
 	Call []agent.Call `json:"call"`
 }
 
+// Quick implements agent.Quick: the echo brain answers from the task's
+// input alone.
+func (Echo) Quick() bool { return true }
+
 // Think implements agent.Brain.
 func (Echo) Think(_ context.Context, turn agent.Turn) (agent.Reply, error) {
 	script, isScript, err := parseScript(turn.Task.Input)
@@ -74,3 +78,9 @@ func parseScript(input json.RawMessage) (Script, bool, error) {
 	}
 	return s, true, nil
 }
+
+// Interface guards.
+var (
+	_ agent.Brain = Echo{}
+	_ agent.Quick = Echo{}
+)

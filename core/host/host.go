@@ -118,6 +118,39 @@ func ArtifactsDir(dataDir, agentID string) string {
 	return filepath.Join(dataDir, "agents", agentID, "artifacts")
 }
 
+// resolveTools returns the tools an agent may call: the registered tools the
+// template names, in its order, then its MCP servers' tools. An MCP tool
+// hides a registered tool of the same name.
+func resolveTools(names []string, mcp []tool.Tool) ([]tool.Tool, error) {
+	own := make(map[string]int, len(mcp))
+	for i, t := range mcp {
+		own[t.Name] = i
+	}
+	out := make([]tool.Tool, 0, len(names)+len(mcp))
+	used := make(map[string]bool, len(mcp))
+	for _, n := range names {
+		if i, ok := own[n]; ok {
+			if !used[n] {
+				out = append(out, mcp[i])
+				used[n] = true
+			}
+			continue
+		}
+		reg, err := tool.Resolve([]string{n})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, reg...)
+	}
+	for _, t := range mcp {
+		if !used[t.Name] {
+			out = append(out, t)
+			used[t.Name] = true
+		}
+	}
+	return out, nil
+}
+
 // withService returns services with name set to v.
 func withService(services map[string]any, name string, v any) map[string]any {
 	if services == nil {
@@ -130,7 +163,7 @@ func withService(services map[string]any, name string, v any) map[string]any {
 // kernelConfig is the runtime's configuration: the blueprint's settings,
 // what the host built from it (brain, tools, services) and what the caller
 // passes through.
-func kernelConfig(a Agent, b agent.Brain, extra []tool.Tool, services map[string]any) agent.Config {
+func kernelConfig(a Agent, b agent.Brain, tools []tool.Tool, services map[string]any) agent.Config {
 	t := a.Template
 	lim := t.Limits.WithDefaults()
 	vars := map[string]any{"template_name": t.Name, "template_version": t.Version}
@@ -140,8 +173,7 @@ func kernelConfig(a Agent, b agent.Brain, extra []tool.Tool, services map[string
 		Store:        a.Store,
 		Brain:        b,
 		SystemPrompt: t.SystemPrompt,
-		Tools:        t.Tools,
-		ExtraTools:   extra,
+		Tools:        tools,
 		MaxMessages:  t.ContextBudget.MaxMessages,
 		MaxTokens:    t.ContextBudget.MaxTokens,
 		MaxSteps:     lim.MaxSteps,
@@ -198,7 +230,15 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt, err := agent.Start(ctx, kernelConfig(a, b, extra, services))
+	tools, err := resolveTools(t.Tools, extra)
+	if err != nil {
+		closeMCP()
+		if mem != nil {
+			_ = mem.Close()
+		}
+		return nil, fmt.Errorf("agent %s: template %s: %w", a.ID, t.Name, err)
+	}
+	rt, err := agent.Start(ctx, kernelConfig(a, b, tools, services))
 	if err != nil {
 		closeMCP()
 		if mem != nil {

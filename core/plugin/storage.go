@@ -10,9 +10,10 @@ import (
 // These errors can be returned by any Storage. Backends wrap them with
 // context ("bbolt: load worker_007: %w"); callers test with errors.Is.
 var (
-	// ErrNotFound is returned by TaskIndex.TaskResult for an unknown task.
+	// ErrNotFound is returned by TaskIndex.TaskResult for an unknown task;
+	// it is the kernel's agent.ErrNotFound, which the runtime tests for.
 	// Storage.Load reports a missing agent as (nil, nil) instead.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = agent.ErrNotFound
 
 	// ErrLocked is returned when another process holds the agent's store.
 	// It is the one-process-per-agent guard.

@@ -30,8 +30,8 @@ func init() {
 	})
 }
 
-// decodeArgs decodes a tool's JSON arguments strictly.
-func decodeArgs(raw json.RawMessage, v any) error {
+// DecodeArgs decodes a tool's JSON arguments strictly.
+func DecodeArgs(raw json.RawMessage, v any) error {
 	if len(raw) == 0 {
 		raw = json.RawMessage("{}")
 	}
@@ -65,7 +65,7 @@ func fileAppend(ctx context.Context, env Env, raw json.RawMessage) (json.RawMess
 		File string `json:"file"`
 		Line string `json:"line"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if strings.ContainsAny(args.Line, "\n\r") {
@@ -100,7 +100,7 @@ func sleepMs(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage
 	var args struct {
 		Ms int `json:"ms"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if args.Ms < 0 || args.Ms > 60000 {

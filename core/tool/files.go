@@ -79,7 +79,7 @@ func fileRead(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessag
 		Offset   int64  `json:"offset"`
 		MaxBytes int    `json:"max_bytes"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	p, err := rootPath(args.Path)
@@ -140,7 +140,7 @@ func fileWrite(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessa
 		Path    *string `json:"path"`
 		Content *string `json:"content"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if args.Path == nil || args.Content == nil {

@@ -3,9 +3,6 @@ package tool
 import (
 	"context"
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -110,64 +107,5 @@ func TestFileToolsConfined(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(base, "evil.txt")); !os.IsNotExist(err) {
 		t.Fatalf("a file was written outside: %v", err)
-	}
-}
-
-func TestHTTPGetAllowlist(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch r.URL.Path {
-		case "/api/status":
-			w.Header().Set("Content-Type", "application/json")
-			_, _ = w.Write([]byte(`{"ok":true}`))
-		case "/api/away":
-			http.Redirect(w, r, "/private/x", http.StatusFound)
-		default:
-			http.NotFound(w, r)
-		}
-	}))
-	defer srv.Close()
-	env := Env{Services: map[string]any{ServiceHTTPAllowlist: []string{srv.URL + "/api/"}}}
-	m, err := run(t, "http_get", env, `{"url":"`+srv.URL+`/api/status"}`)
-	if err != nil || m["status"] != float64(200) || m["body"] != `{"ok":true}` || m["content_type"] != "application/json" {
-		t.Fatalf("get = %v, %v", m, err)
-	}
-	refused := []struct{ args, want string }{
-		{`{"url":"` + srv.URL + `/private/x"}`, "not in the http_allowlist"},
-		{`{"url":"` + srv.URL + `/apix"}`, "not in the http_allowlist"},
-		{`{"url":"` + srv.URL + `/api/away"}`, "outside the http_allowlist"},
-		{`{"url":"file:///etc/passwd"}`, "not an absolute http"},
-		{`{"url":7}`, "bad arguments"},
-	}
-	for _, tc := range refused {
-		if _, err := run(t, "http_get", env, tc.args); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: err = %v, want %q", tc.args, err, tc.want)
-		}
-	}
-	if _, err := run(t, "http_get", Env{}, `{"url":"`+srv.URL+`/api/status"}`); err == nil || !strings.Contains(err.Error(), "no http_allowlist") {
-		t.Errorf("no allowlist: err = %v", err)
-	}
-}
-
-func TestAllowed(t *testing.T) {
-	allow := []string{"http://127.0.0.1:8080/api/", "https://example.com"}
-	cases := []struct {
-		url string
-		ok  bool
-	}{
-		{"http://127.0.0.1:8080/api/x", true},
-		{"http://127.0.0.1:8080/api/", true},
-		{"http://127.0.0.1:8080/api", false},
-		{"http://127.0.0.1:8080/apix", false},
-		{"http://127.0.0.1:8081/api/x", false},
-		{"https://127.0.0.1:8080/api/x", false},
-		{"https://example.com/anything", true},
-		{"https://example.com.evil.net/", false},
-		{"https://user@example.com/", false},
-	}
-	for _, tc := range cases {
-		u, _ := url.Parse(tc.url)
-		if got := Allowed(u, allow); got != tc.ok {
-			t.Errorf("Allowed(%s) = %v, want %v", tc.url, got, tc.ok)
-		}
 	}
 }

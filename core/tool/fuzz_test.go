@@ -39,7 +39,7 @@ func FuzzDecodeArgs(f *testing.F) {
 			File string `json:"file"`
 			Line string `json:"line"`
 		}
-		if err := decodeArgs(raw, &a); err != nil {
+		if err := DecodeArgs(raw, &a); err != nil {
 			return
 		}
 		again, err := json.Marshal(a)
@@ -50,7 +50,7 @@ func FuzzDecodeArgs(f *testing.F) {
 			File string `json:"file"`
 			Line string `json:"line"`
 		}
-		if err := decodeArgs(again, &b); err != nil || a != b {
+		if err := DecodeArgs(again, &b); err != nil || a != b {
 			t.Fatalf("round trip: %+v → %s → %+v, %v", a, again, b, err)
 		}
 	})

@@ -46,7 +46,7 @@ func engine(env Env) (memory.Engine, error) {
 
 func memoryStore(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
 	var d memory.Doc
-	if err := decodeArgs(raw, &d); err != nil {
+	if err := DecodeArgs(raw, &d); err != nil {
 		return nil, err
 	}
 	if err := memory.Check(&d); err != nil {
@@ -68,7 +68,7 @@ func memorySearch(ctx context.Context, env Env, raw json.RawMessage) (json.RawMe
 		Query string `json:"query"`
 		K     int    `json:"k"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if args.Query == "" {
@@ -89,7 +89,7 @@ func memoryDelete(ctx context.Context, env Env, raw json.RawMessage) (json.RawMe
 	var args struct {
 		ID string `json:"id"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	if args.ID == "" {

@@ -1,6 +1,13 @@
 // Package tool owns the tools an agent's brain can call: the Tool type, the
-// registry of built-in tools, and the built-ins that need nothing but the
-// agent's own directory (file_append, sleep_ms).
+// registry every tool plugin registers into (Register, from init), and the
+// built-ins that need nothing but the agent's own directory and memory
+// (file_append, file_read, file_write, sleep_ms, the memory tools). Tools that
+// talk to the network live in their own packages (core/daemon/agenttool,
+// transport/httpget), so that the kernel, which imports this package for
+// the Tool type, links no network client.
+//
+// The registry is read by hosts only: a host resolves a template's tool
+// names once (Resolve) and hands the kernel the tools themselves.
 //
 // Every tool declares whether it is idempotent. The kernel runs an idempotent
 // tool again after a crash; before a non-idempotent one runs, it saves a
@@ -49,6 +56,11 @@ func (env Env) artifacts() (*Artifacts, error) {
 	return OpenArtifacts(env.ArtifactsDir)
 }
 
+// ServiceHTTPAllowlist is the Env.Services key of the http_get allowlist, a
+// []string of URL prefixes (the template's http_allowlist). The host sets
+// it; the tool itself lives outside the kernel (transport/httpget).
+const ServiceHTTPAllowlist = "http_allowlist"
+
 // Tool is one callable capability.
 type Tool struct {
 	Name        string
@@ -93,6 +105,30 @@ func Lookup(name string) (Tool, error) {
 		return Tool{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
 	}
 	return t, nil
+}
+
+// Resolve returns the registered tools of the given names, in order, or an
+// error wrapping ErrUnknownTool for the first name not registered.
+func Resolve(names []string) ([]Tool, error) {
+	out := make([]Tool, 0, len(names))
+	for _, n := range names {
+		t, err := Lookup(n)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// MustResolve is Resolve for names known to be registered (tests, fixed
+// sets); it panics on an unknown name.
+func MustResolve(names ...string) []Tool {
+	ts, err := Resolve(names)
+	if err != nil {
+		panic("tool: " + err.Error())
+	}
+	return ts
 }
 
 // Known reports whether a tool called name is registered.

@@ -17,6 +17,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/httpx"
+	"github.com/openstarry/openstarry-edge/core/tool"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
@@ -31,7 +32,7 @@ func newAPI(t *testing.T, token string) (*httpapi.Server, *agent.Runtime) {
 	t.Cleanup(func() { st.Close() })
 	echo, _ := brain.New(design.Brain{Provider: "echo"})
 	rt, err := agent.Start(context.Background(), agent.Config{AgentID: "a1", Store: st, Brain: echo,
-		Tools: []string{"sleep_ms"}, ArtifactsDir: t.TempDir(), Log: zerolog.Nop()})
+		Tools: tool.MustResolve("sleep_ms"), ArtifactsDir: t.TempDir(), Log: zerolog.Nop()})
 	if err != nil {
 		t.Fatal(err)
 	}

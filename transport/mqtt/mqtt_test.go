@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/tool"
 	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
@@ -78,7 +79,7 @@ func startAgent(t testing.TB, o agentOpts) *agentUnderTest {
 		t.Fatal(err)
 	}
 	rt, err := agent.Start(context.Background(), agent.Config{
-		AgentID: o.id, Store: st, Brain: b, Tools: []string{"file_append", "sleep_ms"},
+		AgentID: o.id, Store: st, Brain: b, Tools: tool.MustResolve("file_append", "sleep_ms"),
 		ArtifactsDir: filepath.Join(o.dir, "artifacts"), Outbox: c, OnProgress: c.Progress,
 		MaxQueue: o.maxQueue, Log: testLog(t), AfterSave: o.afterSave,
 	})

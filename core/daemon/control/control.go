@@ -10,8 +10,10 @@
 // commands and handed to the agents in OPENSTARRY_CONTROL_TOKEN, with the
 // address in OPENSTARRY_CONTROL.
 //
-// Invariant: this package imports only the standard library, so that the
-// tool registry (core/tool) can use it without a cycle through the kernel.
+// Dependencies: the standard library and core/atomicfile (the token and
+// address files), nothing of the daemon or the kernel, so that the daemon's
+// clients (the CLI, the agent tools of core/daemon/agenttool) link only the
+// protocol. The kernel (core/agent) never imports it.
 package control
 
 import (

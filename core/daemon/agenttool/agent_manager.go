@@ -1,4 +1,18 @@
-package tool
+// Package agenttool holds the tools that talk to the daemon through its
+// control API (core/daemon/control): agent_manager, which spawns, lists and
+// stops workers, and the session tools approval_request, approach_record and
+// task_update, which record in sessions.db.
+//
+// They register themselves in the tool registry (core/tool) from init, like
+// any other plugin, and the binary picks them by a blank import. The kernel
+// (core/agent) runs only the tools its host resolved for it, so it never
+// imports this package, the control client or net/http.
+//
+// Each tool finds its daemon in Env.Services (ServiceAgentManager,
+// ServiceSessions); without one it dials the daemon named by
+// OPENSTARRY_CONTROL and OPENSTARRY_CONTROL_TOKEN, which the daemon sets in
+// the environment of every agent it spawns.
+package agenttool
 
 import (
 	"context"
@@ -7,6 +21,7 @@ import (
 	"fmt"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // ServiceAgentManager is the Env.Services key of the AgentManager.
@@ -22,7 +37,7 @@ type AgentManager interface {
 }
 
 func init() {
-	Register(Tool{
+	tool.Register(tool.Tool{
 		Name: "agent_manager",
 		Description: `Spawn, list or stop worker agents through the daemon. args: {"action": "spawn"|"list"|"stop", ` +
 			`"template": worker template name (spawn), "agent_id": optional for spawn, required for stop, ` +
@@ -33,9 +48,9 @@ func init() {
 	})
 }
 
-func agentManager(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+func agentManager(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 	var req control.AgentRequest
-	if err := decodeArgs(raw, &req); err != nil {
+	if err := tool.DecodeArgs(raw, &req); err != nil {
 		return nil, err
 	}
 	switch req.Action {

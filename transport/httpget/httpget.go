@@ -1,4 +1,11 @@
-package tool
+// Package httpget is the http_get tool: a GET of a URL under the agent's
+// template's http_allowlist, redirects included, answering the status, the
+// content type and up to 64 KiB of the body as text.
+//
+// It registers itself in the tool registry (core/tool) from init, like any
+// other plugin; a binary that does not import it has no http_get, and the
+// kernel, which only runs the tools its host resolved, never links net/http.
+package httpget
 
 import (
 	"context"
@@ -10,14 +17,12 @@ import (
 	"net/url"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
-// ServiceHTTPAllowlist is the Env.Services key of the http_get allowlist, a
-// []string of URL prefixes (the template's http_allowlist).
-const ServiceHTTPAllowlist = "http_allowlist"
-
 func init() {
-	Register(Tool{
+	tool.Register(tool.Tool{
 		Name: "http_get",
 		Description: `Fetch a URL with GET; only URLs under the template's http_allowlist are allowed. ` +
 			`args: {"url": absolute http(s) URL}. Answers status, content_type and up to 64 KiB of the body as text. Idempotent.`,
@@ -54,14 +59,14 @@ func Allowed(u *url.URL, prefixes []string) bool {
 	return false
 }
 
-func httpGet(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+func httpGet(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 	var args struct {
 		URL string `json:"url"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := tool.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
-	allow, _ := env.Services[ServiceHTTPAllowlist].([]string)
+	allow, _ := env.Services[tool.ServiceHTTPAllowlist].([]string)
 	if len(allow) == 0 {
 		return nil, errors.New("http_get is not allowed any URL: the template has no http_allowlist")
 	}

@@ -1,4 +1,4 @@
-package tool
+package agenttool
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 type fakeManager struct {
@@ -21,12 +22,12 @@ func (f *fakeManager) Manage(_ context.Context, requester string, req control.Ag
 }
 
 func TestAgentManager(t *testing.T) {
-	am, err := Lookup("agent_manager")
+	am, err := tool.Lookup("agent_manager")
 	if err != nil || am.Idempotent {
 		t.Fatalf("agent_manager: %v idempotent=%v", err, am.Idempotent)
 	}
 	fm := &fakeManager{}
-	env := Env{AgentID: "master", Services: map[string]any{ServiceAgentManager: fm}}
+	env := tool.Env{AgentID: "master", Services: map[string]any{ServiceAgentManager: fm}}
 	out, err := am.Run(context.Background(), env, json.RawMessage(`{"action":"spawn","template":"worker","task":{"task_id":"a","input":"x"}}`))
 	if err != nil || string(out) != `{"agent_id":"w1"}` || fm.requester != "master" || fm.req.Template != "worker" {
 		t.Fatalf("%s %v %+v", out, err, fm)
@@ -43,7 +44,7 @@ func TestAgentManager(t *testing.T) {
 		}
 	}
 	t.Setenv(control.EnvAddr, "")
-	_, err = am.Run(context.Background(), Env{AgentID: "a"}, json.RawMessage(`{"action":"list"}`))
+	_, err = am.Run(context.Background(), tool.Env{AgentID: "a"}, json.RawMessage(`{"action":"list"}`))
 	if !errors.Is(err, control.ErrNoDaemon) {
 		t.Fatalf("without a daemon: %v", err)
 	}

@@ -1,4 +1,4 @@
-package tool
+package agenttool
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // ServiceSessions is the Env.Services key of the SessionService.
@@ -20,7 +21,7 @@ type SessionService interface {
 }
 
 func init() {
-	Register(Tool{
+	tool.Register(tool.Tool{
 		Name: "approval_request",
 		Description: `Ask a person to approve the current task's work. args: {"checkpoint_type": e.g. "design", ` +
 			`"instruction_content": what is to be approved, "worker_instructions": [...], "artifacts": [paths]}. ` +
@@ -29,7 +30,7 @@ func init() {
 		Idempotent: true,
 		Run:        approvalRequest,
 	})
-	Register(Tool{
+	tool.Register(tool.Tool{
 		Name: "approach_record",
 		Description: `Record an approach in the session's approaches.json. args: {"kind": "verified"|"failed"|"untried", ` +
 			`"id": optional approach_..., "category", "description" (required), "details": {...}, "evidence": {...}, ` +
@@ -38,7 +39,7 @@ func init() {
 		Idempotent: true,
 		Run:        approachRecord,
 	})
-	Register(Tool{
+	tool.Register(tool.Tool{
 		Name: "task_update",
 		Description: `Update a task of the project's plan. args: {"task_id": default the current task, "progress_percent": 0-100, ` +
 			`"status": "in_progress"|"pending"|"blocked", "depends_on": [task ids]} or {"add": {"phase", "type", "name", ` +
@@ -50,7 +51,7 @@ func init() {
 
 var errNoSession = errors.New("this task belongs to no project session (it has no project_id and session_id)")
 
-func sessionCall(ctx context.Context, env Env, op string, req map[string]any) (json.RawMessage, error) {
+func sessionCall(ctx context.Context, env tool.Env, op string, req map[string]any) (json.RawMessage, error) {
 	if env.ProjectID == "" || env.SessionID == "" {
 		return nil, errNoSession
 	}
@@ -67,14 +68,14 @@ func sessionCall(ctx context.Context, env Env, op string, req map[string]any) (j
 	return s.Session(ctx, env.AgentID, op, req)
 }
 
-func approvalRequest(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+func approvalRequest(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 	var args struct {
 		CheckpointType     string          `json:"checkpoint_type"`
 		InstructionContent string          `json:"instruction_content"`
 		WorkerInstructions json.RawMessage `json:"worker_instructions"`
 		Artifacts          json.RawMessage `json:"artifacts"`
 	}
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := tool.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	return sessionCall(ctx, env, "approval", map[string]any{"task_id": env.TaskID, "checkpoint_type": args.CheckpointType,
@@ -89,9 +90,9 @@ func orNull(r json.RawMessage) json.RawMessage {
 	return r
 }
 
-func approachRecord(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+func approachRecord(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 	var args map[string]json.RawMessage
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := tool.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	var kind string
@@ -102,9 +103,9 @@ func approachRecord(ctx context.Context, env Env, raw json.RawMessage) (json.Raw
 	return sessionCall(ctx, env, "approach", map[string]any{"kind": kind, "approach": args})
 }
 
-func taskUpdate(ctx context.Context, env Env, raw json.RawMessage) (json.RawMessage, error) {
+func taskUpdate(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 	var args map[string]json.RawMessage
-	if err := decodeArgs(raw, &args); err != nil {
+	if err := tool.DecodeArgs(raw, &args); err != nil {
 		return nil, err
 	}
 	req := map[string]any{"task_id": env.TaskID}
