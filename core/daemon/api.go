@@ -31,7 +31,7 @@ import (
 func (d *Daemon) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
+		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
 	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
@@ -117,7 +117,7 @@ func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m.info())
+	httpx.Pretty(w, http.StatusOK, m.info())
 }
 
 func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +137,7 @@ func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m.info())
+	httpx.Pretty(w, http.StatusOK, m.info())
 }
 
 // maxManageBytes bounds a POST /v1/manage body (a worker's task rides in it).
@@ -182,9 +182,9 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpx.Pretty(w, http.StatusOK, res)
 	case control.ActionList:
-		writeJSON(w, http.StatusOK, d.status(r.Context(), true).Agents)
+		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true).Agents)
 	case control.ActionStop:
 		if caller, ok := callerAgent(r); ok {
 			if m := d.member(req.AgentID); m != nil && m.getSpec().Requester != caller {
@@ -198,7 +198,7 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, info)
+		httpx.Pretty(w, http.StatusOK, info)
 	default:
 		writeError(w, badRequest("action %q: want spawn, list or stop", req.Action))
 	}
@@ -283,16 +283,6 @@ func clipRunes(s string, n int) string {
 		i++
 	}
 	return s
-}
-
-// writeJSON writes an answer indented for people reading it with curl;
-// errors are one line (writeError).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
 }
 
 func writeError(w http.ResponseWriter, err error) {

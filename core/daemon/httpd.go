@@ -22,7 +22,7 @@ func (d *Daemon) httpHandler() http.Handler {
 	mux.HandleFunc("GET /healthz", d.healthz)
 	mux.HandleFunc("GET /metrics", d.metrics)
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
+		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("/agents/{id}/", d.proxyAgent)
 	if d.sess != nil {
@@ -87,7 +87,7 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 	case degraded:
 		h.Status, code = "degraded", http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, h)
+	httpx.Pretty(w, code, h)
 }
 
 // proxyAgent passes /agents/{id}/... to the agent's own API.
