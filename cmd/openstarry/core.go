@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
 // envParentPipe is set by the daemon: the child's stdin is a pipe whose
@@ -47,7 +47,7 @@ agent.`,
 			// the OS once the agent idles, rather than when the scavenger
 			// gets to it.
 			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
-			m := daemon.NewAgentMetrics(nil)
+			m := metrics.NewAgent(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
 				routes: map[string]http.Handler{"GET /metrics": m}}
 			return runAgent(cmd.Context(), f)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -679,5 +680,36 @@ func TestRetirementFinishedAtBoot(t *testing.T) {
 	memMu.Unlock()
 	if kept {
 		t.Fatal("the retired worker's snapshot was not deleted")
+	}
+}
+
+// TestHTTPError: the sentinels of the daemon's operations get their status
+// and code at the edge, with the operation's message.
+func TestHTTPError(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+		msg    string
+	}{
+		{ErrStopping, 503, control.CodeStopping, "the daemon is stopping"},
+		{ErrBooting, 503, control.CodeStopping, "the daemon is still booting"},
+		{badRequest("template %q is not a template name", "../x"), 400, control.CodeBadRequest, `template "../x" is not a template name`},
+		{unknownAgent("w9"), 404, control.CodeUnknownAgent, "no agent w9 in this daemon"},
+		{refuse(ErrConflict, "agent w1 is already running"), 409, control.CodeConflict, "agent w1 is already running"},
+		{refuse(ErrForbidden, "no tool"), 403, control.CodeForbidden, "no tool"},
+		{refuse(ErrNotWorker, "the master"), 403, control.CodeBadRequest, "the master"},
+		{refuse(ErrTemplateRefused, "not a worker template"), 403, control.CodeTemplate, "not a worker template"},
+		{refuse(ErrTemplate, "template x: not found"), 422, control.CodeTemplate, "template x: not found"},
+		{fmt.Errorf("stop w1: %w", ErrStopping), 503, control.CodeStopping, "stop w1: the daemon is stopping"},
+		{&control.Error{Status: 502, Code: "agent_unreachable", Msg: "down"}, 502, "agent_unreachable", "down"},
+		{errors.New("disk full"), 500, control.CodeInternal, "disk full"},
+	} {
+		t.Run(tc.msg, func(t *testing.T) {
+			ce := httpError(tc.err)
+			if ce.Status != tc.status || ce.Code != tc.code || ce.Msg != tc.msg {
+				t.Fatalf("httpError(%v) = %d %s %q, want %d %s %q", tc.err, ce.Status, ce.Code, ce.Msg, tc.status, tc.code, tc.msg)
+			}
+		})
 	}
 }
