@@ -3,7 +3,7 @@ module github.com/openstarry/openstarry-edge
 go 1.26.8
 
 require (
-	github.com/VictoriaMetrics/metrics v1.44.0
+	github.com/VictoriaMetrics/metrics v1.35.1
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/eclipse/paho.mqtt.golang v1.5.1

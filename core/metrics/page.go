@@ -9,9 +9,14 @@ import (
 	vm "github.com/VictoriaMetrics/metrics"
 )
 
+// The library is github.com/VictoriaMetrics/metrics v1.35: later versions
+// log a line from a package initialiser on every start of every command
+// where the kernel keeps pressure stall information off (Debian's and
+// Raspberry Pi OS's default).
+
 func init() {
 	// # HELP and # TYPE lines, which Prometheus uses for the type of a
-	// family (a histogram's _bucket, _sum and _count).
+	// family.
 	vm.ExposeMetadata(true)
 }
 
