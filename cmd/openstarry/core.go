@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ const envParentPipe = "OPENSTARRY_PARENT_PIPE"
 
 func init() {
 	var f runFlags
+	var digest string
 	cmd := &cobra.Command{
 		Use:    "core --agent ID --template FILE",
 		Short:  "An agent process spawned by the daemon (not for people)",
@@ -49,13 +51,14 @@ agent.`,
 			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
 			m := metrics.NewAgent(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
-				routes: map[string]http.Handler{"GET /metrics": m}}
+				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest}
 			return runAgent(cmd.Context(), f)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", "agent id")
 	fl.StringVar(&f.template, "template", "", "frozen blueprint file")
+	fl.StringVar(&digest, "template-digest", "", "the frozen blueprint's digest (sha256:HEX): checked instead of validating the template again")
 	fl.StringVar(&f.data, "data", "./data", "data directory")
 	fl.StringVar(&f.store, "store", "", "snapshot store URL; default the template's, else bbolt:// under the data directory")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
@@ -63,6 +66,17 @@ agent.`,
 	f.design.bind(fl)
 	f.mqtt.bind(fl)
 	rootCmd.AddCommand(cmd)
+}
+
+// blueprint is the template a run runs. The daemon's agents get the
+// blueprint it froze with its digest: they check the digest and decode
+// the bytes the daemon validated, and compile no schema. Everything else
+// resolves and validates the template.
+func (f *runFlags) blueprint(ctx context.Context) (*design.Resolved, error) {
+	if f.hooks.digest != "" {
+		return design.LoadFrozen(f.template, f.hooks.digest)
+	}
+	return f.design.resolveTemplate(ctx, f.template, f.data)
 }
 
 // watchParent stops the agent when its stdin ends: the daemon closed it or

@@ -46,6 +46,7 @@ type runFlags struct {
 type coreHooks struct {
 	beforeSave, afterSave func(*agent.Snapshot)
 	routes                map[string]http.Handler
+	digest                string // of the frozen blueprint (see blueprint)
 }
 
 func init() {
@@ -108,7 +109,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		return lockedExit(err)
 	}
 	defer lock.Unlock()
-	res, err := f.design.resolveTemplate(ctx, f.template, f.data)
+	res, err := f.blueprint(ctx)
 	if err != nil {
 		return err
 	}

@@ -713,3 +713,19 @@ func TestHTTPError(t *testing.T) {
 		})
 	}
 }
+
+// TestLaunchSpecDigest: an agent process gets its frozen blueprint with the
+// digest of the bytes the daemon validated, so that it checks the digest
+// instead of validating the template again.
+func TestLaunchSpecDigest(t *testing.T) {
+	d, err := newDaemon(Options{Config: testConfig(t), Resolver: testResolver(nil), Launcher: newFakeLauncher(""), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := agentSpec{Blueprint: "/data/run/blueprints/w1/worker.json", Digest: "sha256:abc"}
+	args := d.launchSpec("w1", control.RoleWorker, spec).Args
+	i := slices.Index(args, "--template-digest")
+	if i < 0 || i+1 >= len(args) || args[i+1] != spec.Digest || !slices.Contains(args, spec.Blueprint) {
+		t.Fatalf("args %q: no --template-digest %s beside the blueprint", args, spec.Digest)
+	}
+}

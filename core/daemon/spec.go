@@ -95,7 +95,7 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 	if l, err := zerolog.ParseLevel(lvl); err != nil || l > zerolog.InfoLevel {
 		lvl = "info" // readiness is an info line; the daemon filters what it forwards
 	}
-	args := []string{"core", "--agent", id, "--data", d.data, "--template", spec.Blueprint,
+	args := []string{"core", "--agent", id, "--data", d.data, "--template", spec.Blueprint, "--template-digest", spec.Digest,
 		"--listen", "127.0.0.1:0", "--log-level", lvl, "--log-format", "json"}
 	if spec.Storage == "" && d.cfg.Store != "" {
 		args = append(args, "--store", d.cfg.Store)
