@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/metrics"
@@ -89,22 +88,13 @@ func (d *Daemon) agentMetrics(ctx context.Context, agents []control.AgentInfo) [
 		wg.Add(1)
 		go func(a control.AgentInfo) {
 			defer wg.Done()
-			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			req, err := http.NewRequestWithContext(ctx, "GET", a.Addr+"/metrics", nil)
-			if err != nil {
+			var fams map[string]*metrics.Family
+			if !d.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
+				fams = metrics.Families(io.LimitReader(body, 4<<20), "openstarry_agent_")
+				return nil
+			}) {
 				return
 			}
-			resp, err := d.httpc.Do(req)
-			if err != nil {
-				return
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-				return
-			}
-			fams := metrics.Families(io.LimitReader(resp.Body, 4<<20), "openstarry_agent_")
 			mu.Lock()
 			all = append(all, metrics.Labelled{Value: a.ID, Families: fams})
 			mu.Unlock()

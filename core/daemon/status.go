@@ -54,22 +54,10 @@ type snapInfo struct {
 }
 
 func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", a.Addr+"/agents/"+a.ID+"/snapshot", nil)
-	if err != nil {
-		return
-	}
-	resp, err := d.httpc.Do(req)
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return
-	}
 	var s snapInfo
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&s); err != nil {
+	if !d.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/snapshot", func(body io.Reader) error {
+		return json.NewDecoder(io.LimitReader(body, 256<<20)).Decode(&s)
+	}) {
 		return
 	}
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
@@ -91,4 +79,26 @@ func clipRunes(s string, n int) string {
 		i++
 	}
 	return s
+}
+
+// askAgent GETs url of an agent's loopback API, within 2 seconds, and
+// hands a 200 answer's body to read; it reports whether both succeeded.
+// Any other answer is drained and false.
+func (d *Daemon) askAgent(ctx context.Context, url string, read func(body io.Reader) error) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		return false
+	}
+	resp, err := d.httpc.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		return false
+	}
+	return read(resp.Body) == nil
 }
