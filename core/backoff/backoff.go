@@ -1,9 +1,10 @@
 // Package backoff owns the one retry schedule of the product: an
 // exponential wait, capped, with one jitter rule. The daemon's supervisor
 // (restarting a crashed agent), the design layer's fetcher (retrying a
-// template) and the MQTT client (reconnecting to the hub) all wait by it,
-// so that a fleet that failed together spreads out the same way
-// everywhere.
+// template) and the MQTT client's first connection to the hub all wait by
+// it, so that a fleet that failed together spreads out the same way
+// everywhere. (Once connected, paho's automatic reconnection keeps its own
+// schedule, to which transport/mqtt adds a jitter of up to a quarter.)
 //
 // Invariant: Delay(n) is Initial·2ⁿ, at most Max, times a factor drawn
 // uniformly from [1−Jitter, 1+Jitter), Jitter being ±20%. It never
@@ -46,14 +47,6 @@ func (p Policy) Base(n int) time.Duration {
 
 // Delay returns the wait before retry n (0-based): Base(n) with jitter.
 func (p Policy) Delay(n int) time.Duration { return p.jitter(p.Base(n)) }
-
-// Extra returns the jitter of a wait of Base(n) that someone else (a
-// library with its own fixed schedule) has already slept: a duration in
-// [0, 2·Jitter·Base(n)), so that the whole wait spreads as widely as
-// Delay's does, shifted up by the part already taken.
-func (p Policy) Extra(n int) time.Duration {
-	return time.Duration(float64(p.Base(n)) * 2 * Jitter * p.rand())
-}
 
 func (p Policy) jitter(d time.Duration) time.Duration {
 	return time.Duration(float64(d) * (1 - Jitter + 2*Jitter*p.rand()))

@@ -30,25 +30,6 @@ func TestDelay(t *testing.T) {
 	}
 }
 
-func TestExtra(t *testing.T) {
-	p := Policy{Initial: time.Second, Max: 30 * time.Second}
-	for _, tc := range []struct {
-		n    int
-		r    float64
-		want time.Duration
-	}{
-		{0, 0, 0},
-		{0, 0.5, 200 * time.Millisecond},
-		{2, 0.999999, 1600 * time.Millisecond},
-		{10, 0.5, 6 * time.Second},
-	} {
-		p.Rand = func() float64 { return tc.r }
-		if got := p.Extra(tc.n).Round(time.Millisecond); got != tc.want {
-			t.Errorf("Extra(%d, r=%v) = %v, want %v", tc.n, tc.r, got, tc.want)
-		}
-	}
-}
-
 func TestDelayBoundsWithRealRand(t *testing.T) {
 	p := Policy{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
 	for n := range 10 {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net/url"
 	"strings"
 	"sync"
@@ -378,8 +379,8 @@ func (c *Client) onConnectionLost(_ paho.Client, err error) {
 // its hub at once does not return at once.
 func (c *Client) onReconnecting(paho.Client, *paho.ClientOptions) {
 	n := c.reconnects.Add(1)
-	// paho has slept its own 1s·2ⁿ (capped) already: add the jitter.
-	if !c.sleep(c.backoff().Extra(int(min(n, 64)))) {
+	est := min(time.Second<<min(n, 16), c.cfg.MaxReconnectInterval)
+	if !c.sleep(rand.N(est/4 + 1)) {
 		return
 	}
 	c.log.Debug().Int64("attempt", n).Msg("mqtt: reconnecting")
