@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
 // envParentPipe is set by the daemon: the child's stdin is a pipe whose
@@ -21,6 +21,7 @@ const envParentPipe = "OPENSTARRY_PARENT_PIPE"
 
 func init() {
 	var f runFlags
+	var digest string
 	cmd := &cobra.Command{
 		Use:    "core --agent ID --template FILE",
 		Short:  "An agent process spawned by the daemon (not for people)",
@@ -47,15 +48,16 @@ agent.`,
 			// the OS once the agent idles, rather than when the scavenger
 			// gets to it.
 			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
-			m := daemon.NewAgentMetrics(nil)
+			m := metrics.NewAgent(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
-				routes: map[string]http.Handler{"GET /metrics": m}}
+				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest}
 			return runAgent(cmd.Context(), f)
 		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", "agent id")
 	fl.StringVar(&f.template, "template", "", "frozen blueprint file")
+	fl.StringVar(&digest, "template-digest", "", "the frozen blueprint's digest (sha256:HEX): checked instead of validating the template again")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)

@@ -41,6 +41,7 @@ type runFlags struct {
 type coreHooks struct {
 	beforeSave, afterSave func(*agent.Snapshot)
 	routes                map[string]http.Handler
+	digest                string // of the frozen blueprint (see blueprint)
 }
 
 func init() {
@@ -99,6 +100,12 @@ func runAgent(ctx context.Context, f runFlags) error {
 		AgentID:  f.agent,
 		Template: f.template,
 		Resolve: func(ctx context.Context, nameOrFile string) (*design.Resolved, error) {
+			// The daemon's agents get the blueprint it froze with its
+			// digest: they check the digest and decode the bytes the
+			// daemon validated, and compile no schema.
+			if f.hooks.digest != "" {
+				return design.LoadFrozen(nameOrFile, f.hooks.digest)
+			}
 			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data)
 		},
 		Config: cfg,

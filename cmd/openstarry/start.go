@@ -141,6 +141,7 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 		Resolver:     res,
 		Infra:        []daemon.Infrastructure{daemonInfra{mi}},
 		Version:      version,
+		Revision:     commit,
 		Log:          log,
 		ChildLog:     childLog,
 		OnAgentState: mi.PublishState,

@@ -2,6 +2,23 @@
 // loss, sees the old content or the new one, never a mix: a temporary file in
 // the same directory, write, chmod, fsync, close, rename over the target, then
 // fsync of the directory so the rename itself is durable.
+//
+// It is also the one place that makes a directory entry durable, for every
+// package that creates, renames or removes files (the file and bbolt
+// stores, the template cache, the daemon's run directory): SyncDir, Rename
+// and MkdirAll behave the same for all of them on every system.
+//
+// # Windows
+//
+// Windows cannot fsync a directory: a directory opened with os.Open is a
+// read-only handle, and FlushFileBuffers on it fails with "Access is
+// denied". NTFS keeps names in its metadata journal instead, so SyncDir
+// does nothing there, and Rename asks MoveFileEx to write the rename
+// through to the disk (MOVEFILE_WRITE_THROUGH) before it returns, which is
+// what SyncDir after a rename gives elsewhere. A name created otherwise
+// (a new file, a hard link, a directory) reaches the disk with the
+// journal, at the latest when a later fsync of a file on the volume
+// flushes it.
 package atomicfile
 
 import (
@@ -47,30 +64,13 @@ func WriteFile(path string, data []byte, perm os.FileMode) (err error) {
 	if runtime.GOOS == "windows" {
 		_ = os.Chmod(path, 0o640) // Windows refuses to replace a read-only file
 	}
-	if err = os.Rename(tmp, path); err != nil {
+	if err = Rename(tmp, path); err != nil {
 		return err
 	}
 	if err = SyncDir(dir); err != nil {
 		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// SyncDir makes a rename in dir durable. Windows cannot fsync a directory
-// (NTFS journals the rename); there it does nothing.
-func SyncDir(dir string) error {
-	if runtime.GOOS == "windows" {
-		return nil
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // MkdirAll creates dir and any missing parents, like os.MkdirAll, and

@@ -3,16 +3,13 @@ package daemon
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"os"
-	"sync"
 	"time"
 
-	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
 )
@@ -31,7 +28,7 @@ import (
 func (d *Daemon) controlHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, d.status(r.Context(), true))
+		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true))
 	})
 	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
 	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
@@ -59,6 +56,31 @@ func (d *Daemon) controlHandler() http.Handler {
 		r.Header.Set(control.HeaderAgent, id)
 		routes.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), agentCaller{}, id)))
 	})
+}
+
+// agentToken returns the control token of agent id, made at its first
+// spawn and kept for the daemon's life. A request with it acts as that
+// agent and nothing else (see controlHandler).
+func (d *Daemon) agentToken(id string) string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if tok, ok := d.tokenOf[id]; ok {
+		return tok
+	}
+	if d.tokenOf == nil {
+		d.tokenOf, d.agentTokens = map[string]string{}, map[string]string{}
+	}
+	tok := crand.Text()
+	d.tokenOf[id], d.agentTokens[tok] = tok, id
+	return tok
+}
+
+// tokenAgent returns the agent a control token was handed to.
+func (d *Daemon) tokenAgent(tok string) (string, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	id, ok := d.agentTokens[tok]
+	return id, ok
 }
 
 // agentCaller keys the id of the agent whose token a request carries; a
@@ -93,7 +115,7 @@ func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
 	stopping := d.stopping
 	d.mu.Unlock()
 	if stopping {
-		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: errStopping.Error()})
+		writeError(w, ErrStopping)
 		return
 	}
 	// A restart by hand is when a new blueprint may take effect.
@@ -117,7 +139,7 @@ func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m.info())
+	httpx.Pretty(w, http.StatusOK, m.info())
 }
 
 func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
@@ -137,7 +159,7 @@ func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, m.info())
+	httpx.Pretty(w, http.StatusOK, m.info())
 }
 
 // maxManageBytes bounds a POST /v1/manage body (a worker's task rides in it).
@@ -182,9 +204,9 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, res)
+		httpx.Pretty(w, http.StatusOK, res)
 	case control.ActionList:
-		writeJSON(w, http.StatusOK, d.status(r.Context(), true).Agents)
+		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true).Agents)
 	case control.ActionStop:
 		if caller, ok := callerAgent(r); ok {
 			if m := d.member(req.AgentID); m != nil && m.getSpec().Requester != caller {
@@ -198,112 +220,19 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, info)
+		httpx.Pretty(w, http.StatusOK, info)
 	default:
 		writeError(w, badRequest("action %q: want spawn, list or stop", req.Action))
 	}
 }
 
 func unknownAgent(id string) error {
-	return &control.Error{Status: http.StatusNotFound, Code: control.CodeUnknownAgent, Msg: "no agent " + id + " in this daemon"}
+	return refuse(ErrUnknownAgent, "no agent %s in this daemon", id)
 }
 
-// status describes the daemon and its agents; with snaps, each running
-// agent is asked for its snapshot (tick, queue, outbox) in parallel.
-func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
-	ms := d.sortedMembers()
-	d.mu.Lock()
-	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
-		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
-		StateStore: d.store, PreviousRun: d.previousRun}
-	d.mu.Unlock()
-	st.Agents = make([]control.AgentInfo, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		st.Agents[i] = m.info()
-		if !snaps || st.Agents[i].State != control.StateRunning {
-			continue
-		}
-		wg.Add(1)
-		go func(a *control.AgentInfo) {
-			defer wg.Done()
-			d.fillSnapshot(ctx, a)
-		}(&st.Agents[i])
-	}
-	wg.Wait()
-	return st
-}
-
-// snapInfo is what status reads of an agent's snapshot.
-type snapInfo struct {
-	TickIndex uint64            `json:"tick_index"`
-	Status    string            `json:"status"`
-	Queue     []json.RawMessage `json:"event_queue_backup"`
-	Outbox    []json.RawMessage `json:"outbox"`
-	Memory    struct {
-		History []agent.Message `json:"short_term_history"`
-	} `json:"memory"`
-}
-
-func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, "GET", a.Addr+"/agents/"+a.ID+"/snapshot", nil)
-	if err != nil {
-		return
-	}
-	resp, err := d.httpc.Do(req)
-	if err != nil {
-		return
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return
-	}
-	var s snapInfo
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 256<<20)).Decode(&s); err != nil {
-		return
-	}
-	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
-	for i := len(s.Memory.History) - 1; i >= 0; i-- {
-		if m := s.Memory.History[i]; m.Role == "assistant" && m.TaskID != "" {
-			a.LastTask, a.LastResult = m.TaskID, clipRunes(m.Content, 200)
-			break
-		}
-	}
-}
-
-// clipRunes cuts s to at most n characters, at a character boundary.
-func clipRunes(s string, n int) string {
-	i := 0
-	for j := range s {
-		if i == n {
-			return s[:j] + "…"
-		}
-		i++
-	}
-	return s
-}
-
-// writeJSON writes an answer indented for people reading it with curl;
-// errors are one line (writeError).
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
-}
-
+// writeError answers err with the status and code httpError chooses.
 func writeError(w http.ResponseWriter, err error) {
-	var ce *control.Error
-	if !errors.As(err, &ce) {
-		if errors.Is(err, errStopping) {
-			ce = &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: err.Error()}
-		} else {
-			ce = &control.Error{Status: http.StatusInternalServerError, Code: control.CodeInternal, Msg: err.Error()}
-		}
-	}
+	ce := httpError(err)
 	if ce.Status == 0 {
 		ce.Status = http.StatusInternalServerError
 	}

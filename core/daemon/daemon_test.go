@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -680,5 +681,52 @@ func TestRetirementFinishedAtBoot(t *testing.T) {
 	memMu.Unlock()
 	if kept {
 		t.Fatal("the retired worker's snapshot was not deleted")
+	}
+}
+
+// TestHTTPError: the sentinels of the daemon's operations get their status
+// and code at the edge, with the operation's message.
+func TestHTTPError(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+		msg    string
+	}{
+		{ErrStopping, 503, control.CodeStopping, "the daemon is stopping"},
+		{ErrBooting, 503, control.CodeStopping, "the daemon is still booting"},
+		{badRequest("template %q is not a template name", "../x"), 400, control.CodeBadRequest, `template "../x" is not a template name`},
+		{unknownAgent("w9"), 404, control.CodeUnknownAgent, "no agent w9 in this daemon"},
+		{refuse(ErrConflict, "agent w1 is already running"), 409, control.CodeConflict, "agent w1 is already running"},
+		{refuse(ErrForbidden, "no tool"), 403, control.CodeForbidden, "no tool"},
+		{refuse(ErrNotWorker, "the master"), 403, control.CodeBadRequest, "the master"},
+		{refuse(ErrTemplateRefused, "not a worker template"), 403, control.CodeTemplate, "not a worker template"},
+		{refuse(ErrTemplate, "template x: not found"), 422, control.CodeTemplate, "template x: not found"},
+		{fmt.Errorf("stop w1: %w", ErrStopping), 503, control.CodeStopping, "stop w1: the daemon is stopping"},
+		{&control.Error{Status: 502, Code: "agent_unreachable", Msg: "down"}, 502, "agent_unreachable", "down"},
+		{errors.New("disk full"), 500, control.CodeInternal, "disk full"},
+	} {
+		t.Run(tc.msg, func(t *testing.T) {
+			ce := httpError(tc.err)
+			if ce.Status != tc.status || ce.Code != tc.code || ce.Msg != tc.msg {
+				t.Fatalf("httpError(%v) = %d %s %q, want %d %s %q", tc.err, ce.Status, ce.Code, ce.Msg, tc.status, tc.code, tc.msg)
+			}
+		})
+	}
+}
+
+// TestLaunchSpecDigest: an agent process gets its frozen blueprint with the
+// digest of the bytes the daemon validated, so that it checks the digest
+// instead of validating the template again.
+func TestLaunchSpecDigest(t *testing.T) {
+	d, err := newDaemon(Options{Config: testConfig(t), Resolver: testResolver(nil), Launcher: newFakeLauncher(""), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := agentSpec{Blueprint: "/data/run/blueprints/w1/worker.json", Digest: "sha256:abc"}
+	args := d.launchSpec("w1", control.RoleWorker, spec).Args
+	i := slices.Index(args, "--template-digest")
+	if i < 0 || i+1 >= len(args) || args[i+1] != spec.Digest || !slices.Contains(args, spec.Blueprint) {
+		t.Fatalf("args %q: no --template-digest %s beside the blueprint", args, spec.Digest)
 	}
 }

@@ -36,6 +36,27 @@
 //     task is handed over, the task and the worker_result task carry
 //     deterministic ids, and agents drop duplicate ids.
 //
+// # Files, one job each
+//
+//   - Boot: daemon.go (Options, Daemon, Run), boot.go (the four phases,
+//     one method each: bootInfrastructure, bootDesignLayer, bootMaster,
+//     bootWorkers), lock.go, journal.go, scan.go.
+//   - Supervision: members.go (the set of agents), spec.go (resolving and
+//     freezing a blueprint, an agent's command line), supervise.go (one
+//     supervisor per agent: start, backoff, crashloop), process.go (the
+//     Launcher and agent processes).
+//   - Worker handoff: workers.go (spawn and stop on demand), handoff.go,
+//     retire.go, registry.go (DATA/run/workers.json).
+//   - The HTTP edge: errors.go (the sentinels the other jobs return, and
+//     httpError, the only place that turns them into a status and a code),
+//     api.go (the control API), httpd.go (the HTTP listener and /healthz),
+//     proxy.go (/agents/... to the agents' own APIs), status.go, metrics.go
+//     (GET /metrics, written by core/metrics), sessions.go.
+//
+// The Prometheus exposition (the writer, the Go runtime and process
+// metrics, the agents' save histogram, reading an agent's exposition back)
+// is core/metrics: an agent process links that package, not this one.
+//
 // The daemon never imports a concrete backend or transport: the command
 // line hands them in as Infrastructure and through the plugin registry.
 package daemon

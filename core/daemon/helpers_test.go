@@ -23,6 +23,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/metrics"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
@@ -144,7 +145,7 @@ func newFakeAgents(t *testing.T) *fakeAgents {
 		fmt.Fprintf(w, `{"agent_id":%q,"tick_index":%d,"status":"WAITING_FOR_EVENT","event_queue_backup":[{},{}],"outbox":[]}`, r.PathValue("id"), n)
 	})
 	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
-		m := NewAgentMetrics(nil)
+		m := metrics.NewAgent(nil)
 		m.Observe(3 * time.Millisecond)
 		m.ServeHTTP(w, r)
 	})

@@ -4,13 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"os"
 	"path/filepath"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/session"
 )
 
@@ -251,5 +252,5 @@ func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &control.Error{Status: status, Code: code, Msg: err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, out)
+	httpx.Pretty(w, http.StatusOK, out)
 }

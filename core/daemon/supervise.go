@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/core/backoff"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
@@ -348,15 +349,9 @@ func (m *member) recordCrash() int {
 }
 
 // backoff is the wait before restart n (n ≥ 1 crashes in the window):
-// backoff_initial·2^(n−1), at most backoff_max, ±20% jitter so that agents
-// that failed together do not restart in step.
+// backoff_initial·2^(n−1), at most backoff_max, with core/backoff's jitter
+// so that agents that failed together do not restart in step.
 func (d *Daemon) backoff(n int) time.Duration {
 	sv := d.cfg.Supervise
-	b := sv.BackoffInitial
-	for i := 1; i < n && b < sv.BackoffMax; i++ {
-		b *= 2
-	}
-	b = min(b, sv.BackoffMax)
-	j := 0.8 + 0.4*d.rand()
-	return time.Duration(float64(b) * j)
+	return backoff.Policy{Initial: sv.BackoffInitial, Max: sv.BackoffMax, Rand: d.rand}.Delay(n - 1)
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
@@ -23,10 +22,10 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	stopping, booted := d.stopping, d.booted
 	d.mu.Unlock()
 	if stopping {
-		return nil, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: errStopping.Error()}
+		return nil, ErrStopping
 	}
 	if !booted {
-		return nil, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: "the daemon is still booting"}
+		return nil, ErrBooting
 	}
 	if !design.ValidName(req.Template) {
 		return nil, badRequest("template %q is not a template name", req.Template)
@@ -53,7 +52,7 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 			if len(rs.Workers) == 0 {
 				msg = fmt.Sprintf("%s's template %s names no workers: it may spawn none", requester, rs.Template)
 			}
-			return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate, Msg: msg}
+			return nil, refuse(ErrTemplateRefused, "%s", msg)
 		}
 	}
 	id := req.AgentID
@@ -66,8 +65,7 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	if m := d.member(id); m != nil {
 		info := m.info()
 		if m.role != control.RoleWorker || info.State != control.StateStopped {
-			return nil, &control.Error{Status: http.StatusConflict, Code: control.CodeConflict,
-				Msg: fmt.Sprintf("agent %s is already running (state %s, pid %d)", id, info.State, info.PID)}
+			return nil, refuse(ErrConflict, "agent %s is already running (state %s, pid %d)", id, info.State, info.PID)
 		}
 		// A stopped worker of the same id is replaced.
 		if err := d.removeMember(ctx, m); err != nil {
@@ -84,11 +82,10 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	}
 	spec, err := d.resolveSpec(ctx, id, req.Template, requester, design.RoleWorker)
 	if errors.Is(err, errRole) {
-		return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeTemplate,
-			Msg: err.Error() + ": only worker templates are spawned on demand"}
+		return nil, refuse(ErrTemplateRefused, "%v: only worker templates are spawned on demand", err)
 	}
 	if err != nil {
-		return nil, &control.Error{Status: http.StatusUnprocessableEntity, Code: control.CodeTemplate, Msg: fmt.Sprintf("template %s: %v", req.Template, err)}
+		return nil, refuse(ErrTemplate, "template %s: %v", req.Template, err)
 	}
 	// The id is taken first, so that two spawns of one id cannot both
 	// pass; then the worker is durable before anything runs: a daemon
@@ -123,8 +120,7 @@ func mayManage(id string, spec agentSpec) error {
 	if slices.Contains(spec.Tools, control.ToolAgentManager) {
 		return nil
 	}
-	return &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
-		Msg: fmt.Sprintf("agent %s's template %s has no %s tool: it may not spawn, list or stop workers", id, spec.Template, control.ToolAgentManager)}
+	return refuse(ErrForbidden, "agent %s's template %s has no %s tool: it may not spawn, list or stop workers", id, spec.Template, control.ToolAgentManager)
 }
 
 // waitFirstOutcome waits until m's first process is running or has ended.
@@ -149,10 +145,10 @@ func (d *Daemon) waitFirstOutcome(ctx context.Context, m *member) {
 func (d *Daemon) stopWorker(ctx context.Context, id string) (*control.AgentInfo, error) {
 	m := d.member(id)
 	if m == nil {
-		return nil, &control.Error{Status: http.StatusNotFound, Code: control.CodeUnknownAgent, Msg: "no agent " + id + " in this daemon"}
+		return nil, unknownAgent(id)
 	}
 	if m.role != control.RoleWorker {
-		return nil, &control.Error{Status: http.StatusForbidden, Code: control.CodeBadRequest, Msg: fmt.Sprintf("agent %s is the %s; agent_manager stops workers only", id, m.role)}
+		return nil, refuse(ErrNotWorker, "agent %s is the %s; agent_manager stops workers only", id, m.role)
 	}
 	if err := d.removeMember(ctx, m); err != nil {
 		return nil, err
@@ -220,9 +216,7 @@ func normaliseTask(raw json.RawMessage) (json.RawMessage, string, error) {
 	return out, t.TaskID, nil
 }
 
-func badRequest(format string, a ...any) error {
-	return &control.Error{Status: http.StatusBadRequest, Code: control.CodeBadRequest, Msg: fmt.Sprintf(format, a...)}
-}
+func badRequest(format string, a ...any) error { return refuse(ErrBadRequest, format, a...) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -15,7 +15,11 @@
 // unique, each file is {name}.json, and every worker a master names exists
 // in the set with role worker. Validate, Load and LoadDir report every
 // broken rule at once as ValidationErrors: file, JSON pointer, rule,
-// message, one line each.
+// message, one line each. The daemon, `openstarry run`, `templates
+// validate` and the design server validate; an agent process the daemon
+// starts does not: LoadFrozen checks that its blueprint has the digest of
+// the bytes the daemon validated and froze, and decodes them, so the
+// schema is never loaded there.
 //
 // # Where templates come from
 //

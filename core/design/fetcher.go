@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/backoff"
 )
 
 // Defaults of Options.
@@ -51,7 +52,7 @@ type Options struct {
 	// 0 means the default, 3; a negative value means no retry.
 	Retries int
 	// BackoffBase is the wait before the first retry; it doubles for each
-	// further retry (capped at 5s), with ±50% jitter so that a fleet that
+	// further retry (capped at 5s), with ±20% jitter (core/backoff) so that a fleet that
 	// lost its design layer at once does not retry in step. Default 200ms.
 	BackoffBase time.Duration
 	// TrustedKeys, when not empty, makes signatures mandatory: a template
@@ -340,13 +341,9 @@ func (f *Fetcher) fetch(ctx context.Context, u, etag string) (*response, error) 
 }
 
 // backoff returns the wait before retry n (0-based): BackoffBase·2ⁿ,
-// capped, times a random factor in [0.5, 1.5).
+// capped at 5s, with core/backoff's jitter.
 func (f *Fetcher) backoff(n int) time.Duration {
-	d := f.o.BackoffBase << min(n, 16)
-	if d <= 0 || d > maxBackoff {
-		d = maxBackoff
-	}
-	return d/2 + rand.N(d)
+	return backoff.Policy{Initial: f.o.BackoffBase, Max: maxBackoff}.Delay(n)
 }
 
 // attempt makes one request. retry says whether a failure is transient.

@@ -45,6 +45,17 @@ func JSON(w http.ResponseWriter, status int, v any) {
 	write(w, status, append(data, '\n'))
 }
 
+// Pretty writes v as indented JSON with status, for answers people read
+// with curl (the daemon's status); errors stay one line (Error).
+func Pretty(w http.ResponseWriter, status int, v any) {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		Error(w, http.StatusInternalServerError, CodeInternal, "encoding the answer: "+err.Error())
+		return
+	}
+	write(w, status, append(data, '\n'))
+}
+
 // Error writes the error body {"error": msg, "code": code} on one line
 // with status.
 func Error(w http.ResponseWriter, status int, code, msg string) {

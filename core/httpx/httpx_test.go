@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -286,4 +287,24 @@ func errTimeout(err error) error {
 		return err
 	}
 	return errors.New("not a timeout")
+}
+
+func TestPretty(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		v      any
+		status int
+		want   string
+	}{
+		{"object", map[string]any{"a": 1, "b": "<x>"}, 200, "{\n  \"a\": 1,\n  \"b\": \"\\u003cx\\u003e\"\n}\n"},
+		{"unencodable", func() {}, 500, `{"error":"encoding the answer: json: unsupported type: func()","code":"internal"}` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			Pretty(w, 200, tc.v)
+			if w.Code != tc.status || w.Body.String() != tc.want || w.Header().Get("Content-Type") != "application/json" {
+				t.Fatalf("%d %q %q", w.Code, w.Body.String(), w.Header().Get("Content-Type"))
+			}
+		})
+	}
 }

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
 
 // Layout of one agent's file. Everything of the snapshot lives in one bucket
@@ -51,52 +51,31 @@ const (
 	prefixTaskByTime byte = 't'
 )
 
-// castagnoli is the CRC-32C table of every frame.
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// A frame wraps every value this backend stores:
-//
-//	[0:4]  CRC-32C, big-endian, of the key followed by bytes [4:]
-//	[4:8]  length of the payload, big-endian
-//	[8:]   payload
-//
-// Covering the key means a value found under the wrong key fails too.
-const frameHeader = 8
+// Every value this backend stores is a frame of storage/internal/backend
+// (backend.AppendFrame): a CRC-32C of key and value, the payload's length,
+// the payload. Covering the key means a value found under the wrong key
+// fails too.
+const frameHeader = backend.FrameHeader
 
 // errBadFrame is the cause of every frame that fails its checks; Load turns
 // it into a skipped generation or plugin.ErrCorrupt.
 var errBadFrame = errors.New("bad frame")
 
 // appendFrame appends the frame of payload stored under key to dst.
-func appendFrame(dst, key, payload []byte) []byte {
-	off := len(dst)
-	dst = append(dst, 0, 0, 0, 0)
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)))
-	dst = append(dst, payload...)
-	sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, dst[off+4:])
-	binary.BigEndian.PutUint32(dst[off:], sum)
-	return dst
-}
+func appendFrame(dst, key, payload []byte) []byte { return backend.AppendFrame(dst, key, payload) }
 
 // openFrame checks the frame stored under key and returns its payload,
-// which aliases value.
+// which aliases value; its errors wrap errBadFrame.
 func openFrame(key, value []byte) ([]byte, error) {
-	if len(value) < frameHeader {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than its header", errBadFrame, len(value))
+	p, err := backend.OpenFrame(key, value)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errBadFrame, err)
 	}
-	n := binary.BigEndian.Uint32(value[4:8])
-	if uint64(n) != uint64(len(value)-frameHeader) {
-		return nil, fmt.Errorf("%w: length says %d bytes of payload, there are %d", errBadFrame, n, len(value)-frameHeader)
-	}
-	want := binary.BigEndian.Uint32(value[0:4])
-	if got := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, value[4:]); got != want {
-		return nil, fmt.Errorf("%w: checksum %08x, want %08x", errBadFrame, got, want)
-	}
-	return value[frameHeader:], nil
+	return p, nil
 }
 
 // sum is the checksum of one element's payload kept in listRange.LastSum.
-func sum(payload []byte) uint32 { return crc32.Checksum(payload, castagnoli) }
+func sum(payload []byte) uint32 { return backend.Sum(payload) }
 
 // key returns prefix followed by n in big-endian.
 func key(prefix byte, n uint64) []byte {

@@ -314,11 +314,11 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	db.AllocSize = s.tune.allocSize
 	if created {
 		// Make the new file's name durable along with its content.
-		if err := syncDir(filepath.Dir(a.path)); err != nil {
+		if err := atomicfile.SyncDir(filepath.Dir(a.path)); err != nil {
 			_ = db.Close()
 			return false, err
 		}
-		if err := syncDir(s.dir); err != nil {
+		if err := atomicfile.SyncDir(s.dir); err != nil {
 			_ = db.Close()
 			return false, err
 		}
@@ -379,19 +379,6 @@ func (s *Store) create(a *agentStore) error {
 		return err
 	}
 	return nil
-}
-
-// syncDir makes the entries of a directory durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
 
 // Save stores snap as a new generation of its agent, keeping the previous
@@ -996,7 +983,7 @@ func (s *Store) remove(a *agentStore) error {
 	if err := os.Remove(filepath.Dir(a.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		s.log.Debug().Str("agent", a.id).Err(err).Msg("agent directory kept")
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("bbolt: delete %s: %w", a.id, err)
 	}
 	return nil

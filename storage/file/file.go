@@ -226,9 +226,9 @@ func (s *Store) save(ctx context.Context, st *agentState, snap *agent.Snapshot, 
 	// previous generation stays good throughout.
 	switch st.cur {
 	case curGood:
-		err = rename(cur, s.path(id, extPrev))
+		err = atomicfile.Rename(cur, s.path(id, extPrev))
 	case curBad:
-		err = rename(cur, s.path(id, extRejected))
+		err = atomicfile.Rename(cur, s.path(id, extRejected))
 		if err == nil {
 			s.log.Warn().Str("agent", id).Str("file", s.path(id, extRejected)).
 				Msg("file: the refused snapshot file was moved aside; the agent's state is in " + filepath.Base(cur))
@@ -239,12 +239,12 @@ func (s *Store) save(ctx context.Context, st *agentState, snap *agent.Snapshot, 
 		return err
 	}
 	// 4. The new generation takes the current name.
-	if err := rename(tmp, cur); err != nil {
+	if err := atomicfile.Rename(tmp, cur); err != nil {
 		os.Remove(tmp)
 		return err
 	}
 	// 5. Commit point: the directory, with both renames, is on disk.
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return err
 	}
 	info, err := os.Stat(cur)
@@ -380,7 +380,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 			return fmt.Errorf("file: delete %s: %w", agentID, err)
 		}
 	}
-	if err := syncDir(s.dir); err != nil {
+	if err := atomicfile.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("file: delete %s: %w", agentID, err)
 	}
 	return nil

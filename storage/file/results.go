@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
 )
@@ -226,7 +227,7 @@ func replaceBoth(path, tmp, copyPath, copyTmp string, data []byte) error {
 		if err := writeSync(f[1], data); err != nil {
 			return err
 		}
-		if err := rename(f[1], f[0]); err != nil {
+		if err := atomicfile.Rename(f[1], f[0]); err != nil {
 			os.Remove(f[1])
 			return err
 		}
@@ -270,7 +271,7 @@ func (s *Store) repairResults(id string) error {
 		if err := replaceBoth(path, s.tmpPath(id, extResults), copyPath, s.tmpPath(id, extCopy), buf.Bytes()); err != nil {
 			return err
 		}
-		if err := syncDir(s.dir); err != nil {
+		if err := atomicfile.SyncDir(s.dir); err != nil {
 			return err
 		}
 	}

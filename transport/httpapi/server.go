@@ -55,7 +55,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /agents/{id}/tasks/{task}", s.getTask)
 	s.mux.HandleFunc("GET /agents/{id}/snapshot", s.getSnapshot)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpx.JSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.handler = httpx.TokenOffLoopback(opts.Token, s.tokenRefused, httpx.Routes(s.mux))
 	return s
@@ -74,12 +74,12 @@ func (s *Server) tokenRefused(remote, path string) {
 func (s *Server) agent(w http.ResponseWriter, r *http.Request) *agent.Runtime {
 	id := r.PathValue("id")
 	if err := agent.ValidateID(id); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_agent_id", err.Error())
+		httpx.Error(w, http.StatusBadRequest, "bad_agent_id", err.Error())
 		return nil
 	}
 	rt := s.opts.Agents.Agent(id)
 	if rt == nil {
-		writeError(w, http.StatusNotFound, "unknown_agent", "no agent "+id+" runs here")
+		httpx.Error(w, http.StatusNotFound, "unknown_agent", "no agent "+id+" runs here")
 	}
 	return rt
 }
@@ -93,13 +93,13 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, httpx.ErrTooLarge) {
 		s.opts.Log.Warn().Str("agent", rt.ID()).Str("code", agent.CodeTooLarge).Int64("content_length", r.ContentLength).
 			Msg("http: task rejected: body over the limit")
-		writeError(w, http.StatusBadRequest, agent.CodeTooLarge,
+		httpx.Error(w, http.StatusBadRequest, agent.CodeTooLarge,
 			fmt.Sprintf("task is over the limit of %d bytes", s.opts.MaxTaskBytes))
 		return
 	}
 	if err != nil {
 		s.opts.Log.Warn().Str("agent", rt.ID()).Err(err).Msg("http: task body not read")
-		writeError(w, http.StatusBadRequest, httpx.CodeBadBody, "reading the body: "+err.Error())
+		httpx.Error(w, http.StatusBadRequest, httpx.CodeBadBody, "reading the body: "+err.Error())
 		return
 	}
 	task, err := agent.DecodeTask(body, s.opts.MaxTaskBytes)
@@ -110,12 +110,12 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 			code = te.Code
 		}
 		s.opts.Log.Warn().Str("agent", rt.ID()).Str("code", code).Err(err).Msg("http: task rejected")
-		writeError(w, http.StatusBadRequest, code, err.Error())
+		httpx.Error(w, http.StatusBadRequest, code, err.Error())
 		return
 	}
 	ev, err := agent.TaskEvent(task, "http", time.Now().UnixMilli())
 	if err != nil {
-		writeError(w, http.StatusBadRequest, agent.CodeBadJSON, err.Error())
+		httpx.Error(w, http.StatusBadRequest, agent.CodeBadJSON, err.Error())
 		return
 	}
 	wait, ok := waitParam(w, r)
@@ -127,18 +127,18 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 	case res.Err == nil && wait > 0:
 		s.answerAfterWait(w, r, rt, task.TaskID, wait)
 	case res.Err == nil && res.Duplicate:
-		writeJSON(w, http.StatusOK, res.State)
+		httpx.JSON(w, http.StatusOK, res.State)
 	case res.Err == nil:
-		writeJSON(w, http.StatusAccepted, res.State)
+		httpx.JSON(w, http.StatusAccepted, res.State)
 	case errors.Is(res.Err, agent.ErrQueueFull):
-		writeError(w, http.StatusServiceUnavailable, "queue_full", res.Err.Error())
+		httpx.Error(w, http.StatusServiceUnavailable, "queue_full", res.Err.Error())
 	case errors.Is(res.Err, agent.ErrStopping), errors.Is(res.Err, agent.ErrStopped):
-		writeError(w, http.StatusServiceUnavailable, "stopping", res.Err.Error())
+		httpx.Error(w, http.StatusServiceUnavailable, "stopping", res.Err.Error())
 	case errors.Is(res.Err, context.Canceled):
-		writeError(w, http.StatusServiceUnavailable, "cancelled", "the request ended before the task was durable; send it again")
+		httpx.Error(w, http.StatusServiceUnavailable, "cancelled", "the request ended before the task was durable; send it again")
 	default:
 		s.opts.Log.Error().Str("agent", rt.ID()).Err(res.Err).Msg("http: task not accepted")
-		writeError(w, http.StatusInternalServerError, "not_durable", res.Err.Error())
+		httpx.Error(w, http.StatusInternalServerError, "not_durable", res.Err.Error())
 	}
 }
 
@@ -149,7 +149,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("task")
 	if err := agent.ValidateID(id); err != nil {
-		writeError(w, http.StatusBadRequest, agent.CodeBadTaskID, err.Error())
+		httpx.Error(w, http.StatusBadRequest, agent.CodeBadTaskID, err.Error())
 		return
 	}
 	wait, ok := waitParam(w, r)
@@ -163,11 +163,11 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	st, ok, err := rt.TaskState(r.Context(), id)
 	switch {
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "store_error", err.Error())
+		httpx.Error(w, http.StatusInternalServerError, "store_error", err.Error())
 	case !ok:
-		writeError(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
+		httpx.Error(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
 	default:
-		writeJSON(w, http.StatusOK, st)
+		httpx.JSON(w, http.StatusOK, st)
 	}
 }
 
@@ -183,7 +183,7 @@ func waitParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 0 || d > MaxWait {
-		writeError(w, http.StatusBadRequest, "bad_wait", fmt.Sprintf("wait=%q: want a duration from 0s to %s, such as 500ms or 10s", v, MaxWait))
+		httpx.Error(w, http.StatusBadRequest, "bad_wait", fmt.Sprintf("wait=%q: want a duration from 0s to %s, such as 500ms or 10s", v, MaxWait))
 		return 0, false
 	}
 	return d, true
@@ -197,13 +197,13 @@ func (s *Server) answerAfterWait(w http.ResponseWriter, r *http.Request, rt *age
 	st, ok, err := rt.WaitTask(ctx, id)
 	switch {
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "store_error", err.Error())
+		httpx.Error(w, http.StatusInternalServerError, "store_error", err.Error())
 	case !ok:
-		writeError(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
+		httpx.Error(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
 	case st.Final():
-		writeJSON(w, http.StatusOK, st)
+		httpx.JSON(w, http.StatusOK, st)
 	default:
-		writeJSON(w, http.StatusAccepted, st)
+		httpx.JSON(w, http.StatusAccepted, st)
 	}
 }
 
@@ -214,26 +214,15 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	}
 	snap, err := rt.Snapshot(r.Context())
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, "unavailable", err.Error())
+		httpx.Error(w, http.StatusServiceUnavailable, "unavailable", err.Error())
 		return
 	}
 	data, err := agent.Encode(snap)
 	if err != nil {
-		writeError(w, http.StatusInternalServerError, "encode", err.Error())
+		httpx.Error(w, http.StatusInternalServerError, "encode", err.Error())
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(append(data, '\n'))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) { httpx.JSON(w, status, v) }
-
-// WriteError writes the JSON error body {"error","code"} (see core/httpx).
-func WriteError(w http.ResponseWriter, status int, code, msg string) {
-	httpx.Error(w, status, code, msg)
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	httpx.Error(w, status, code, msg)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/backoff"
 )
 
 // Errors of Start: the broker will not take this client, and retrying will
@@ -288,9 +289,9 @@ func waitToken(ctx context.Context, tok paho.Token, limit time.Duration) error {
 // automatic reconnection takes over from there.
 func (c *Client) connectLoop() {
 	defer c.wg.Done()
-	delay := time.Second
+	bo := c.backoff()
 	for attempt := 2; ; attempt++ {
-		if !c.sleep(jitter(delay)) {
+		if !c.sleep(bo.Delay(attempt - 2)) {
 			return
 		}
 		tok := c.pc.Connect()
@@ -301,18 +302,15 @@ func (c *Client) connectLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
-		delay = min(delay*2, c.cfg.MaxReconnectInterval)
-		c.log.Warn().Err(err).Int("attempt", attempt).Dur("next_in", delay).Str("broker", c.url.Redacted()).
+		c.log.Warn().Err(err).Int("attempt", attempt).Dur("next_in", bo.Base(attempt-1)).Str("broker", c.url.Redacted()).
 			Msg("mqtt: cannot connect to the broker")
 	}
 }
 
-// jitter returns d plus up to a quarter of d.
-func jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return d + rand.N(d/4+1)
+// backoff is the schedule of connection attempts: 1s doubling up to
+// MaxReconnectInterval, with core/backoff's jitter.
+func (c *Client) backoff() backoff.Policy {
+	return backoff.Policy{Initial: time.Second, Max: c.cfg.MaxReconnectInterval}
 }
 
 func (c *Client) sleep(d time.Duration) bool {

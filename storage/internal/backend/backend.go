@@ -12,8 +12,9 @@
 //     the mark it stores;
 //   - Prune and PruneBatch: how much of an agent's task index one Save
 //     deletes;
-//   - EncodeRecord, OpenRecord, EncodeJSON, DecodeJSON and ErrChecksum: the
-//     CRC-32C framing of stored records and values.
+//   - EncodeRecord, OpenRecord, EncodeJSON, DecodeJSON, AppendFrame,
+//     OpenFrame, Sum and ErrChecksum: the CRC-32C framing of stored records,
+//     list elements and values, written once for every backend.
 //
 // It holds rules, not formats: each backend still defines what it stores
 // (its magic, its keys, its file names), and only borrows the framing. The

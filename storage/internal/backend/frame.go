@@ -34,7 +34,7 @@ func EncodeRecord(magic [4]byte, parts ...[]byte) []byte {
 	for _, p := range parts {
 		out = append(out, p...)
 	}
-	binary.BigEndian.PutUint32(out[4:], crc32.Checksum(out[RecordHeader:], castagnoli))
+	binary.BigEndian.PutUint32(out[4:], Sum(out[RecordHeader:]))
 	return out
 }
 
@@ -49,7 +49,7 @@ func OpenRecord(magic [4]byte, b []byte, minBody int) ([]byte, error) {
 		return nil, fmt.Errorf("record starts with %q, not %q: %w", b[:4], magic[:], ErrChecksum)
 	}
 	body := b[RecordHeader:]
-	if got, want := crc32.Checksum(body, castagnoli), binary.BigEndian.Uint32(b[4:]); got != want {
+	if got, want := Sum(body), binary.BigEndian.Uint32(b[4:]); got != want {
 		return nil, fmt.Errorf("record crc32c %08x, stored %08x: %w", got, want, ErrChecksum)
 	}
 	return body, nil
@@ -62,7 +62,7 @@ func EncodeJSON(v any) ([]byte, uint32, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	sum := crc32.Checksum(js, castagnoli)
+	sum := Sum(js)
 	out := make([]byte, 4, 4+len(js))
 	binary.BigEndian.PutUint32(out, sum)
 	return append(out, js...), sum, nil
@@ -76,11 +76,52 @@ func DecodeJSON(what string, b []byte, v any) (uint32, error) {
 		return 0, fmt.Errorf("%s of %d bytes is too short: %w", what, len(b), ErrChecksum)
 	}
 	want := binary.BigEndian.Uint32(b)
-	if got := crc32.Checksum(b[4:], castagnoli); got != want {
+	if got := Sum(b[4:]); got != want {
 		return 0, fmt.Errorf("%s crc32c %08x, stored %08x: %w", what, got, want, ErrChecksum)
 	}
 	if err := json.Unmarshal(b[4:], v); err != nil {
 		return 0, fmt.Errorf("%s: %w", what, err)
 	}
 	return want, nil
+}
+
+// Sum returns the CRC-32C of b, the checksum of every format here.
+func Sum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// FrameHeader is the size of a frame's header: its checksum and length.
+const FrameHeader = 8
+
+// AppendFrame appends to dst the frame of payload stored under key:
+//
+//	[0:4]  CRC-32C, big-endian, of the key followed by bytes [4:]
+//	[4:8]  length of the payload, big-endian
+//	[8:]   payload
+//
+// Covering the key means a value found under the wrong key fails too. It
+// is the format of every value of the bbolt store.
+func AppendFrame(dst, key, payload []byte) []byte {
+	off := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(payload)))
+	dst = append(dst, payload...)
+	sum := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, dst[off+4:])
+	binary.BigEndian.PutUint32(dst[off:], sum)
+	return dst
+}
+
+// OpenFrame checks the frame stored under key and returns its payload,
+// which aliases value. Its errors wrap ErrChecksum. It never panics.
+func OpenFrame(key, value []byte) ([]byte, error) {
+	if len(value) < FrameHeader {
+		return nil, fmt.Errorf("%d bytes, shorter than its header: %w", len(value), ErrChecksum)
+	}
+	n := binary.BigEndian.Uint32(value[4:8])
+	if uint64(n) != uint64(len(value)-FrameHeader) {
+		return nil, fmt.Errorf("length says %d bytes of payload, there are %d: %w", n, len(value)-FrameHeader, ErrChecksum)
+	}
+	want := binary.BigEndian.Uint32(value[0:4])
+	if got := crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, value[4:]); got != want {
+		return nil, fmt.Errorf("checksum %08x, want %08x: %w", got, want, ErrChecksum)
+	}
+	return value[FrameHeader:], nil
 }

@@ -1,8 +1,10 @@
 package backend
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"testing"
 )
 
@@ -38,6 +40,31 @@ func FuzzDecodeJSON(f *testing.F) {
 		j2, _ := json.Marshal(w)
 		if string(j1) != string(j2) {
 			t.Fatalf("round trip changed the value: %s, %s", j1, j2)
+		}
+	})
+}
+
+// FuzzOpenFrame feeds the keyed frame decoder arbitrary bytes: it never
+// panics, what it accepts frames back to the same bytes, and an accepted
+// frame is refused under another key.
+func FuzzOpenFrame(f *testing.F) {
+	f.Add([]byte("h1"), AppendFrame(nil, []byte("h1"), []byte(`{"role":"user"}`)))
+	f.Add([]byte("k"), AppendFrame(nil, []byte("k"), nil))
+	f.Add([]byte("k"), []byte{0, 0, 0, 0, 0, 0, 0, 9})
+	f.Add([]byte{}, []byte{})
+	f.Fuzz(func(t *testing.T, key, value []byte) {
+		p, err := OpenFrame(key, value)
+		if err != nil {
+			if !errors.Is(err, ErrChecksum) {
+				t.Fatalf("error %v does not wrap ErrChecksum", err)
+			}
+			return
+		}
+		if again := AppendFrame(nil, key, p); !bytes.Equal(again, value) {
+			t.Fatalf("frame %x reframed as %x", value, again)
+		}
+		if _, err := OpenFrame(append(key, 'x'), value); err == nil {
+			t.Fatal("a frame opened under another key")
 		}
 	})
 }

@@ -1,6 +1,6 @@
 //go:build windows
 
-package file
+package atomicfile
 
 import (
 	"os"
@@ -8,13 +8,13 @@ import (
 	"golang.org/x/sys/windows"
 )
 
-// syncDir does nothing on Windows, which cannot open a directory for fsync;
-// rename asks NTFS to write each rename through to the disk instead.
-func syncDir(path string) error { return nil }
+// SyncDir does nothing on Windows, which cannot fsync a directory (see the
+// package doc); Rename writes renames through instead.
+func SyncDir(dir string) error { return nil }
 
-// rename is os.Rename with MOVEFILE_WRITE_THROUGH: MoveFileEx returns only
-// after the rename is on disk, which is what syncDir gives on other systems.
-func rename(from, to string) error {
+// Rename is os.Rename with MOVEFILE_WRITE_THROUGH: MoveFileEx returns only
+// after the rename is on disk, which is what SyncDir gives on other systems.
+func Rename(from, to string) error {
 	f, err := windows.UTF16PtrFromString(from)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package daemon
+package metrics
 
 import (
 	"net/http/httptest"
@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-func TestAgentMetricsHistogram(t *testing.T) {
+func TestAgentHistogram(t *testing.T) {
 	now := time.Unix(0, 0)
-	m := NewAgentMetrics(func() time.Time { return now })
+	m := NewAgent(func() time.Time { return now })
 	for _, d := range []time.Duration{300 * time.Microsecond, 1500 * time.Microsecond, 40 * time.Millisecond, 10 * time.Second} {
 		m.BeforeSave(nil)
 		now = now.Add(d)
@@ -33,12 +33,12 @@ func TestAgentMetricsHistogram(t *testing.T) {
 	}
 }
 
-func TestChildMetricsRelabel(t *testing.T) {
+func TestFamiliesRelabel(t *testing.T) {
 	in := "# HELP openstarry_agent_x_seconds h\n# TYPE openstarry_agent_x_seconds histogram\n" +
 		"openstarry_agent_x_seconds_bucket{le=\"1\"} 2\nopenstarry_agent_x_seconds_sum 3\n" +
 		"go_goroutines 5\nopenstarry_agent_y 1\n"
-	f := parseChildMetrics(strings.NewReader(in))
-	if len(f) != 2 || f["openstarry_agent_x_seconds"].typ != "histogram" || len(f["openstarry_agent_x_seconds"].lines) != 2 || f["go_goroutines"] != nil {
+	f := Families(strings.NewReader(in), "openstarry_agent_")
+	if len(f) != 2 || f["openstarry_agent_x_seconds"].Type != "histogram" || len(f["openstarry_agent_x_seconds"].Lines) != 2 || f["go_goroutines"] != nil {
 		t.Fatalf("%+v", f)
 	}
 	for in, want := range map[string]string{
@@ -46,8 +46,8 @@ func TestChildMetricsRelabel(t *testing.T) {
 		`a{} 2`:       `a{agent="m\"x"} 2`,
 		`a 2`:         `a{agent="m\"x"} 2`,
 	} {
-		if got := addLabel(in, "agent", `m"x`); got != want {
-			t.Errorf("addLabel(%s) = %s, want %s", in, got, want)
+		if got := AddLabel(in, "agent", `m"x`); got != want {
+			t.Errorf("AddLabel(%s) = %s, want %s", in, got, want)
 		}
 	}
 }
