@@ -94,6 +94,12 @@ directory, 1 on any other error.`,
 			if err != nil {
 				return err
 			}
+			if handled, err := updateBoot(cfg); handled {
+				return err
+			}
+			if bootFault != nil {
+				bootFault()
+			}
 			if !interactive() {
 				return runService(cfg)
 			}
@@ -128,11 +134,16 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	ring := logx.NewRing(fleet.MaxTailLines)
 	childLog = io.MultiWriter(childLog, ring)
 	log = log.Output(childLog)
+	upd, ctx, err := newDaemonUpdater(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	upd.watchStaged(ctx)
 	mi, err := newMQTTInfra(cfg, log)
 	if err != nil {
 		return err
 	}
-	if err := mi.enableFleet(cfg, fleetOps{cfg: cfg, ring: ring}); err != nil {
+	if err := mi.enableFleet(cfg, fleetOps{cfg: cfg, ring: ring, upd: upd}); err != nil {
 		return err
 	}
 	ui, err := webui.New(webui.Options{Token: cfg.HTTP.Token, Log: log})
@@ -152,6 +163,9 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	})
 	if errors.Is(err, daemon.ErrRunning) {
 		return exitCode(exitLocked, err)
+	}
+	if err == nil && upd.restartPending() {
+		return upd.restart()
 	}
 	return err
 }
@@ -182,6 +196,7 @@ type mqttInfra struct {
 
 	fleetDev  *fleet.Device   // the hub's signed commands
 	reporter  *fleet.Reporter // the retained telemetry
+	updates   *daemonUpdater  // reports the last update's outcome
 	reconnect atomic.Int64    // connections after the first
 	stopFleet context.CancelFunc
 }
@@ -200,6 +215,7 @@ func (m *mqttInfra) enableFleet(cfg *config.Config, ops fleetOps) error {
 	if err != nil {
 		return err
 	}
+	m.updates = ops.upd
 	m.fleetDev = fleet.NewDevice(fleet.DeviceConfig{Prefix: m.cfg.TopicPrefix, Device: m.device, Trusted: keys,
 		Nonces: nonces, Ops: ops, Log: m.log.With().Str("component", "fleet").Logger()})
 	m.reporter = fleet.NewReporter(m.cfg.TopicPrefix, m.device, m.cfg.TelemetryInterval,
@@ -283,6 +299,7 @@ func (m *mqttInfra) connect() error {
 			if m.fleetDev != nil {
 				m.fleetDev.Subscribe(c)
 				m.reporter.Attach(c)
+				m.updates.Attach(c, m.cfg.TopicPrefix, m.device)
 			}
 		}).
 		SetConnectionLostHandler(func(_ paho.Client, err error) {
