@@ -134,6 +134,9 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	ring := logx.NewRing(fleet.MaxTailLines)
 	childLog = io.MultiWriter(childLog, ring)
 	log = log.Output(childLog)
+	if err := applyEnrollment(cfg); err != nil {
+		return err
+	}
 	upd, ctx, err := newDaemonUpdater(ctx, cfg, log)
 	if err != nil {
 		return err
