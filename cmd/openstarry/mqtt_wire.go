@@ -15,6 +15,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/transport/broker"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 )
 
@@ -100,6 +101,7 @@ type mqttWiring struct {
 	client *mqtt.Client
 	early  []agent.Result
 	broker *broker.Broker
+	claims *fleet.Claims // one run per fleet task id across the fleet
 }
 
 // newMQTTWiring checks the flags; it does no I/O but reading the users file.
@@ -158,6 +160,11 @@ func (w *mqttWiring) Progress(taskID string, percent int, phase string) {
 
 // Deliver hands results to the client, or keeps them until it exists.
 func (w *mqttWiring) Deliver(results []agent.Result) {
+	if w.claims != nil {
+		for _, r := range results {
+			w.claims.Done(r.TaskID)
+		}
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.client != nil {
@@ -190,6 +197,16 @@ func (w *mqttWiring) Start(ctx context.Context, rt *agent.Runtime) error {
 		default:
 			return err
 		}
+	}
+	if !cfg.NoFleet {
+		claims, err := fleet.StartClaims(fleet.ClaimsConfig{Broker: cfg.Broker, Username: cfg.Username, Password: cfg.Password,
+			CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Prefix: cfg.TopicPrefix, Device: cfg.Device,
+			Log: w.log.With().Str("component", "claims").Logger()})
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); claims.Close() }()
+		w.claims, cfg.FleetGate = claims, claims
 	}
 	c, err := mqtt.New(cfg)
 	if err != nil {
