@@ -21,9 +21,10 @@ test:
 # The crash tests at length: 3,000 tasks through 150 SIGKILLs over MQTT
 # (make test runs 200 through 12), 200 damaged starts per store (make test
 # runs 12), and 1,000 cycles of SIGKILL or power cut per store on the
-# power-cut simulator (make test runs 30).
+# power-cut simulator (make test runs 30), and 24 self-updates killed at a
+# random instant (make test kills 4).
 torture:
-	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|StoreDamage|PowerCut' -v -timeout 90m ./cmd/openstarry/
+	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|StoreDamage|PowerCut|UpdateKilled' -v -timeout 90m ./cmd/openstarry/
 
 # Every fuzz target explores for FUZZTIME (make test runs only their seed
 # corpora, testdata/fuzz included). Findings land in the package's

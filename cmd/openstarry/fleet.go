@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ type fleetFlags struct {
 	key     string
 	agent   string
 	lines   int
+	url     string
 	timeout time.Duration
 	wait    time.Duration
 	json    bool
@@ -43,7 +45,11 @@ func init() {
 		Long: `Sign a command with the fleet's private key (the one that signs templates,
 from openstarry templates keygen), publish it to the device's command topic and
 print the device's reply as JSON. Commands: ` + strings.Join(fleet.Commands, ", ") + `.
-agent.* take --agent; logs.tail takes --lines.
+agent.* take --agent; logs.tail takes --lines; update takes --url, the URL of
+the new binary with SHA256SUMS and SHA256SUMS.sig beside it (make release),
+and prints two replies: installed, then the outcome (committed, rolled_back
+or aborted) once the device restarted on trial; give it a --timeout longer
+than the device's update.trial_timeout.
 
 A device obeys a command only when one of its design.trusted_keys verifies the
 signature, the command names it, has not expired (--timeout) and was never
@@ -57,6 +63,7 @@ otherwise.`,
 	cf.mqtt.bindClient(fl, "hub broker URL: tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]; default tcp://"+broker.DefaultListen)
 	fl.StringVar(&cf.key, "key", envOr("OPENSTARRY_FLEET_KEY", ""), "the fleet's private key file (env OPENSTARRY_FLEET_KEY)")
 	fl.StringVar(&cf.agent, "agent", "", "agent id, for agent.restart, agent.stop and agent.start")
+	fl.StringVar(&cf.url, "url", "", "update: the new binary's http(s):// URL")
 	fl.IntVar(&cf.lines, "lines", 0, fmt.Sprintf("lines of logs.tail (default 100, at most %d)", fleet.MaxTailLines))
 	fl.DurationVar(&cf.timeout, "timeout", 30*time.Second, fmt.Sprintf("how long the command is valid and the reply is awaited (at most %s)", fleet.MaxLifetime))
 	fleetCmd.AddCommand(command)
@@ -95,6 +102,9 @@ func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
 	if f.lines > 0 {
 		args["lines"] = f.lines
 	}
+	if name == "update" {
+		return fleetUpdate(cmd, f, priv)
+	}
 	raw, _ := json.Marshal(args)
 	if len(args) == 0 {
 		raw = nil
@@ -107,6 +117,30 @@ func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
 	if !rep.OK {
 		return exitCode(exitFailure, fmt.Errorf("%s on %s: %s", name, f.mqtt.device, rep.Error))
+	}
+	return nil
+}
+
+// fleetUpdate sends update and prints its two replies: installed, then the
+// outcome.
+func fleetUpdate(cmd *cobra.Command, f fleetFlags, priv ed25519.PrivateKey) error {
+	if f.url == "" {
+		return errors.New("update needs --url: the new binary's URL (SHA256SUMS and SHA256SUMS.sig beside it)")
+	}
+	first, outcome, err := fleet.SendUpdate(cmd.Context(), f.dial(), orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix), f.mqtt.device, f.url, priv, f.timeout)
+	for _, r := range []*fleet.Reply{first, outcome} {
+		if r != nil {
+			b, _ := json.Marshal(r)
+			fmt.Fprintln(cmd.OutOrStdout(), string(b))
+		}
+	}
+	switch {
+	case first != nil && !first.OK:
+		return exitCode(exitFailure, fmt.Errorf("update on %s: %s", f.mqtt.device, first.Error))
+	case err != nil:
+		return exitCode(exitFailure, mqttHint(err))
+	case !outcome.OK:
+		return exitCode(exitFailure, fmt.Errorf("update on %s: %s", f.mqtt.device, outcome.Error))
 	}
 	return nil
 }

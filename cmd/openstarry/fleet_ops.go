@@ -20,7 +20,16 @@ import (
 type fleetOps struct {
 	cfg  *config.Config
 	ring *logx.Ring
+	upd  *daemonUpdater
 }
+
+// Update installs a signed binary (the hub's update command).
+func (o fleetOps) Update(ctx context.Context, url, commandID string) (any, error) {
+	return o.upd.Update(ctx, url, commandID)
+}
+
+// AfterUpdate restarts the daemon into the installed update.
+func (o fleetOps) AfterUpdate() { o.upd.AfterUpdate() }
 
 func (o fleetOps) client() (*control.Client, error) { return control.Discover(o.cfg.Data) }
 

@@ -88,6 +88,12 @@ directory, 1 on any other error.`,
 			if err != nil {
 				return err
 			}
+			if handled, err := updateBoot(cfg); handled {
+				return err
+			}
+			if bootFault != nil {
+				bootFault()
+			}
 			if !interactive() {
 				return runService(cfg)
 			}
@@ -120,12 +126,20 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	ring := logx.NewRing(fleet.MaxTailLines)
 	childLog = io.MultiWriter(childLog, ring)
 	log = log.Output(childLog)
+	if err := applyEnrollment(cfg); err != nil {
+		return err
+	}
+	upd, ctx, err := newDaemonUpdater(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	upd.watchStaged(ctx)
 	mi, err := mqtt.NewInfra(mqtt.InfraOptions{Config: cfg.MQTT, DataDir: cfg.Data, Version: version, Log: log})
 	if err != nil {
 		return err
 	}
 	if !mi.Disabled() {
-		fl, err := newFleetLink(cfg, fleetOps{cfg: cfg, ring: ring}, mi, log)
+		fl, err := newFleetLink(cfg, fleetOps{cfg: cfg, ring: ring, upd: upd}, mi, log)
 		if err != nil {
 			return err
 		}
@@ -150,6 +164,9 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 	if errors.Is(err, daemon.ErrRunning) {
 		return exitCode(exitLocked, err)
 	}
+	if err == nil && upd.restartPending() {
+		return upd.restart()
+	}
 	return err
 }
 
@@ -158,11 +175,13 @@ type daemonInfra struct{ *mqtt.Infra }
 
 func (d daemonInfra) Status() daemon.InfraStatus { return daemon.InfraStatus(d.Infra.Status()) }
 
-// fleetLink puts the hub's signed commands and the device's telemetry on
-// the daemon's MQTT connection.
+// fleetLink puts the hub's signed commands, the device's telemetry and the
+// last update's outcome on the daemon's MQTT connection.
 type fleetLink struct {
-	dev *fleet.Device
-	rep *fleet.Reporter
+	dev            *fleet.Device
+	rep            *fleet.Reporter
+	upd            *daemonUpdater
+	prefix, device string
 }
 
 func newFleetLink(cfg *config.Config, ops fleetOps, mi *mqtt.Infra, log zerolog.Logger) (fleetLink, error) {
@@ -176,6 +195,7 @@ func newFleetLink(cfg *config.Config, ops fleetOps, mi *mqtt.Infra, log zerolog.
 	}
 	prefix, device := cfg.MQTT.TopicPrefix, mi.Device()
 	return fleetLink{
+		upd: ops.upd, prefix: prefix, device: device,
 		dev: fleet.NewDevice(fleet.DeviceConfig{Prefix: prefix, Device: device, Trusted: keys,
 			Nonces: nonces, Ops: ops, Log: log.With().Str("component", "fleet").Logger()}),
 		rep: fleet.NewReporter(prefix, device, cfg.MQTT.TelemetryInterval,
@@ -185,7 +205,11 @@ func newFleetLink(cfg *config.Config, ops fleetOps, mi *mqtt.Infra, log zerolog.
 	}, nil
 }
 
-func (l fleetLink) Attach(c paho.Client)    { l.dev.Subscribe(c); l.rep.Attach(c) }
+func (l fleetLink) Attach(c paho.Client) {
+	l.dev.Subscribe(c)
+	l.rep.Attach(c)
+	l.upd.Attach(c, l.prefix, l.device)
+}
 func (l fleetLink) Run(ctx context.Context) { l.rep.Run(ctx) }
 func (l fleetLink) Changed()                { l.rep.Poke() }
 func (l fleetLink) Wait()                   { l.dev.Wait() }

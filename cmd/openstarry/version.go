@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"runtime"
@@ -10,19 +11,45 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/brain"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/core/update"
 )
 
 func init() {
-	rootCmd.AddCommand(&cobra.Command{
-		Use:   "version",
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "version [--json]",
 		Short: "Print the version, commit, build date, platform, and the stores and brains compiled in",
-		Args:  cobra.NoArgs,
+		Long: `Print the version, commit, build date, platform, and the stores and brains
+compiled in. --json prints what a self-update compares before it installs a
+binary: version, commit, date, goos, goarch, goarm, and snapshot_schema (the
+schema_version of the snapshots this build writes) and snapshot_schema_read
+(the newest it loads).`,
+		Args: cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
+			if asJSON {
+				b, _ := json.Marshal(selfInfo())
+				fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return
+			}
 			printVersion(cmd.OutOrStdout())
 		},
-	})
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (what openstarry update reads from a candidate)")
+	rootCmd.AddCommand(cmd)
+}
+
+// selfInfo is this binary as `version --json` describes it.
+func selfInfo() update.Info {
+	in := update.Info{Version: version, Commit: commit, Date: date, GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
+		GOARM: readBuildInfo().goarm, SnapshotSchema: agent.SchemaVersion, SnapshotSchemaRead: agent.SchemaVersion}
+	if faultSchema != nil {
+		in.SnapshotSchema = faultSchema(in.SnapshotSchema)
+		in.SnapshotSchemaRead = faultSchema(in.SnapshotSchemaRead)
+	}
+	return in
 }
 
 // buildInfo is what the binary knows about its own build: the ARM variant

@@ -28,7 +28,18 @@ type Config struct {
 	Supervise Supervise
 	Master    Master
 	Sessions  Sessions
+	Update    Update
 	Log       Log
+}
+
+// Update bounds the trial of a new binary (core/update).
+type Update struct {
+	// TrialTimeout is how long a new version has, at each start, to bring
+	// its master online and pass /healthz before it is rolled back.
+	TrialTimeout time.Duration
+	// MaxBoots is how many starts a new version gets before it is rolled
+	// back as crash-looping.
+	MaxBoots int
 }
 
 // Sessions tunes session continuity (projects, sessions, approvals).
@@ -157,6 +168,9 @@ var Keys = []Key{
 
 	{Name: "sessions.checkpoint_interval", Env: "OPENSTARRY_SESSIONS_CHECKPOINT_INTERVAL", Default: "5m", Doc: "how often an active session's state_checkpoint.json is written, besides task completion, approvals, errors and the session's end", field: func(c *Config) any { return &c.Sessions.CheckpointInterval }},
 	{Name: "sessions.auto_resume", Env: "OPENSTARRY_SESSIONS_AUTO_RESUME", Default: "false", Doc: "resume interrupted sessions at boot by themselves; off: an operator resumes them (API, `openstarry session resume`) after reading why they stopped", field: func(c *Config) any { return &c.Sessions.AutoResume }},
+
+	{Name: "update.trial_timeout", Env: "OPENSTARRY_UPDATE_TRIAL_TIMEOUT", Default: "2m", Doc: "how long a new binary has, at each start, to bring its master online and pass /healthz before the previous one is put back", field: func(c *Config) any { return &c.Update.TrialTimeout }},
+	{Name: "update.max_boots", Env: "OPENSTARRY_UPDATE_MAX_BOOTS", Default: "3", Doc: "starts a new binary gets to become healthy before it is rolled back as crash-looping", field: func(c *Config) any { return &c.Update.MaxBoots }},
 
 	{Name: "log.level", Env: "OPENSTARRY_LOG_LEVEL", Default: "info", Doc: "trace, debug, info, warn or error (the agents get the same)", Flag: "log-level", field: func(c *Config) any { return &c.Log.Level }},
 	{Name: "log.format", Env: "OPENSTARRY_LOG_FORMAT", Doc: "json or console; empty: console on a terminal, JSON otherwise (journal)", Flag: "log-format", field: func(c *Config) any { return &c.Log.Format }},
@@ -488,6 +502,7 @@ func (c *Config) Validate() error {
 		{"supervise.stop_timeout", c.Supervise.StopTimeout},
 		{"supervise.ready_timeout", c.Supervise.ReadyTimeout},
 		{"sessions.checkpoint_interval", c.Sessions.CheckpointInterval},
+		{"update.trial_timeout", c.Update.TrialTimeout},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive")
@@ -495,6 +510,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Supervise.BackoffMax < c.Supervise.BackoffInitial {
 		bad("supervise.backoff_max", "%s is shorter than supervise.backoff_initial %s", c.Supervise.BackoffMax, c.Supervise.BackoffInitial)
+	}
+	if c.Update.MaxBoots < 1 {
+		bad("update.max_boots", "must be at least 1")
 	}
 	if c.Supervise.CrashloopRestarts < 1 {
 		bad("supervise.crashloop_restarts", "must be at least 1")

@@ -308,7 +308,8 @@ func (h *authHook) OnACLCheck(cl *mqtt.Client, topic string, write bool) bool {
 }
 
 // DeviceMayUse reports whether a device user of device may publish (write)
-// to, or subscribe to or receive from, topic (a topic or a filter).
+// to, or subscribe to or receive from, topic (a topic or a filter): its own
+// topics, the fleet task topic (read), the fleet's claims (read and write).
 func DeviceMayUse(prefix, device, topic string, write bool) bool {
 	if !write && mqtt.IsSharedFilter(topic) {
 		// $share/{group}/{filter}
@@ -321,6 +322,9 @@ func DeviceMayUse(prefix, device, topic string, write bool) bool {
 	own := prefix + "/" + device + "/"
 	if strings.HasPrefix(topic, own) {
 		return true // prefix and device hold no wildcard: both are checked ids
+	}
+	if strings.HasPrefix(topic, prefix+"/fleet/claims/") {
+		return true // every device claims fleet tasks and reads the claims
 	}
 	return !write && topic == prefix+"/fleet/tasks"
 }

@@ -1,6 +1,7 @@
 // Package fleet owns what a device does for the operator of a fleet through
 // the hub it already talks to: signed remote commands with their replies,
-// and the retained telemetry a fleet view reads.
+// the retained telemetry a fleet view reads, and the outcome of a
+// self-update.
 //
 // A command is obeyed only when it is signed with a fleet key the device
 // trusts (the ed25519 keys that sign templates), names this device, has not
@@ -22,7 +23,7 @@ import (
 )
 
 // Commands are the names a device obeys.
-var Commands = []string{"status", "agent.restart", "agent.stop", "agent.start", "logs.tail", "config.get"}
+var Commands = []string{"status", "agent.restart", "agent.stop", "agent.start", "logs.tail", "config.get", "update"}
 
 // MaxLifetime bounds how far in the future a command may expire: the device
 // keeps every command id it obeyed until then, so the bound also bounds

@@ -25,6 +25,13 @@ type Operations interface {
 	Start(ctx context.Context, agentID string) (any, error)
 	LogsTail(n int) []string
 	Config() any
+	// Update fetches, verifies and installs the binary at url (SHA256SUMS
+	// and its signature beside it) for the command id. Its outcome comes
+	// later, from the daemon that runs after the restart (Outcome).
+	Update(ctx context.Context, url, commandID string) (any, error)
+	// AfterUpdate restarts the daemon into an installed update; it is
+	// called once the reply to the update command is delivered to the hub.
+	AfterUpdate()
 }
 
 // DeviceConfig configures a Device.
@@ -113,7 +120,13 @@ func (d *Device) handle(c paho.Client, msg paho.Message) {
 			log.Info().Msg("fleet: command done")
 		}
 		b, _ := json.Marshal(rep)
-		c.Publish(ReplyTopic(d.cfg.Prefix, d.cfg.Device, cmd.Name), 1, false, b)
+		tok := c.Publish(ReplyTopic(d.cfg.Prefix, d.cfg.Device, cmd.Name), 1, false, b)
+		if cmd.Name == "update" && rep.OK {
+			// Restart only once the hub has the reply (or after 5 s):
+			// the restart drops the connection.
+			tok.WaitTimeout(5 * time.Second)
+			d.cfg.Ops.AfterUpdate()
+		}
 	}()
 }
 
@@ -121,6 +134,7 @@ func (d *Device) run(ctx context.Context, cmd *Command) (any, error) {
 	var args struct {
 		Agent string `json:"agent"`
 		Lines int    `json:"lines"`
+		URL   string `json:"url"`
 	}
 	if len(cmd.Args) > 0 {
 		if err := json.Unmarshal(cmd.Args, &args); err != nil {
@@ -163,6 +177,11 @@ func (d *Device) run(ctx context.Context, cmd *Command) (any, error) {
 		return ops.LogsTail(n), nil
 	case "config.get":
 		return ops.Config(), nil
+	case "update":
+		if args.URL == "" {
+			return nil, fmt.Errorf("%w: update needs args.url, the binary's URL (SHA256SUMS and SHA256SUMS.sig beside it)", errBadArgs)
+		}
+		return ops.Update(ctx, args.URL, cmd.ID)
 	}
 	return nil, fmt.Errorf("unknown command %q", cmd.Name)
 }

@@ -18,9 +18,39 @@ import (
 )
 
 // SendCommand signs a command for device, publishes it and waits for its
-// reply (within timeout, which is also the command's lifetime).
+// reply (within timeout, which is also the command's lifetime). For
+// update, it waits for the second reply, the update's outcome, and
+// returns the first one too.
 func SendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, name string, args json.RawMessage,
 	priv ed25519.PrivateKey, timeout time.Duration) (*Reply, error) {
+	replies, err := sendCommand(ctx, dial, prefix, device, name, args, priv, timeout)
+	if len(replies) == 0 {
+		return nil, err
+	}
+	return &replies[len(replies)-1], err
+}
+
+// SendUpdate is SendCommand for update: the first reply (installed, the
+// device restarts) and the outcome, nil when it did not come in time.
+func SendUpdate(ctx context.Context, dial mqtt.DialOptions, prefix, device, url string,
+	priv ed25519.PrivateKey, timeout time.Duration) (first, outcome *Reply, err error) {
+	args, _ := json.Marshal(map[string]string{"url": url})
+	replies, err := sendCommand(ctx, dial, prefix, device, "update", args, priv, timeout)
+	for i := range replies {
+		if IsOutcome(replies[i]) {
+			outcome = &replies[i]
+		} else if first == nil {
+			first = &replies[i]
+		}
+	}
+	if outcome != nil {
+		err = nil
+	}
+	return first, outcome, err
+}
+
+func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, name string, args json.RawMessage,
+	priv ed25519.PrivateKey, timeout time.Duration) ([]Reply, error) {
 	if timeout <= 0 || timeout > MaxLifetime {
 		timeout = 30 * time.Second
 	}
@@ -41,7 +71,7 @@ func SendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 		return nil, err
 	}
 	defer pc.Disconnect(100)
-	got := make(chan Reply, 1)
+	got := make(chan Reply, 2)
 	replies := ReplyTopic(prefix, device, name)
 	onReply := func(_ paho.Client, m paho.Message) {
 		var r Reply
@@ -58,12 +88,23 @@ func SendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 	if err := mqtt.WaitToken(ctx, pc.Publish(CommandTopic(prefix, device, name), 1, false, env), timeout); err != nil {
 		return nil, fmt.Errorf("mqtt: publish the command: %w", err)
 	}
-	select {
-	case r := <-got:
-		return &r, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("no reply from device %s within %s (is it online, and does it trust this key? its dead letter topic %s/%s/deadletter says why it refused a command)",
-			device, timeout, prefix, device)
+	var out []Reply
+	for {
+		select {
+		case r := <-got:
+			out = append(out, r)
+			// An update answers twice: installed, then its outcome. A
+			// failed update answers once.
+			if name != "update" || !r.OK || IsOutcome(r) {
+				return out, nil
+			}
+		case <-ctx.Done():
+			if len(out) > 0 {
+				return out, fmt.Errorf("no outcome of the update from device %s within %s (%s/%s/update keeps the last one)", device, timeout, prefix, device)
+			}
+			return nil, fmt.Errorf("no reply from device %s within %s (is it online, and does it trust this key? its dead letter topic %s/%s/deadletter says why it refused a command)",
+				device, timeout, prefix, device)
+		}
 	}
 }
 

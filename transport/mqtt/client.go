@@ -344,26 +344,63 @@ func (c *Client) onConnect(pc paho.Client) {
 	if !c.cfg.NoFleet {
 		subs[c.topics.FleetShared] = 1
 	}
-	tok := pc.SubscribeMultiple(subs, nil)
-	if err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout); err != nil {
-		c.log.Warn().Err(err).Msg("mqtt: subscribing failed; it is retried at the next connection")
-	} else if st, ok := tok.(*paho.SubscribeToken); ok {
-		for topic, code := range st.Result() {
-			if code > 2 {
-				c.log.Error().Str("topic", topic).
-					Msgf("mqtt: the broker refused the subscription to %s (check its ACL for this user)", topic)
-			} else {
-				c.log.Info().Str("topic", topic).Msgf("mqtt: subscribed to %s", topic)
-			}
+	retry := c.subscribe(pc, subs, 0)
+	c.subOnce.Do(func() { close(c.subscribed) })
+	if !c.cfg.NoDeviceStatus {
+		if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, c.status("online", "")), c.cfg.PublishTimeout); err != nil {
+			c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
 		}
 	}
-	c.subOnce.Do(func() { close(c.subscribed) })
-	if c.cfg.NoDeviceStatus {
-		return
+	// What was refused or not answered is asked for again on this
+	// connection, by the connection schedule, until it is granted or the
+	// connection is gone: an agent never sits connected without its task
+	// topics. A broker refuses a subscription for more than its ACL: the
+	// embedded one also refuses a SUBSCRIBE whose packet identifier is that
+	// of a message it is redelivering to the same session.
+	bo := c.backoff()
+	for n := 0; len(retry) > 0; n++ {
+		if !c.sleep(bo.Delay(n)) {
+			return
+		}
+		if conn, g := c.connected(); !conn || g != gen {
+			return // the next connection subscribes again
+		}
+		retry = c.subscribe(pc, retry, n+1)
 	}
-	if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, c.status("online", "")), c.cfg.PublishTimeout); err != nil {
-		c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
+}
+
+// subscribe asks for subs and returns what was refused or not answered.
+// Retries (retry > 0) log at warn level.
+func (c *Client) subscribe(pc paho.Client, subs map[string]byte, retry int) map[string]byte {
+	tok := pc.SubscribeMultiple(subs, nil)
+	if err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout); err != nil {
+		if c.ctx.Err() == nil {
+			c.log.Warn().Err(err).Int("retry", retry).Msg("mqtt: subscribing failed; asking again")
+		}
+		return subs
 	}
+	st, ok := tok.(*paho.SubscribeToken)
+	if !ok {
+		return nil
+	}
+	var refused map[string]byte
+	for topic, code := range st.Result() {
+		if code <= 2 {
+			c.log.Info().Str("topic", topic).Msgf("mqtt: subscribed to %s", topic)
+			continue
+		}
+		ev := c.log.Error()
+		if retry > 0 {
+			ev = c.log.Warn()
+		}
+		ev.Str("topic", topic).Int("retry", retry).
+			Msgf("mqtt: the broker refused the subscription to %s (check its ACL for this user); asking again", topic)
+		if refused == nil {
+			refused = map[string]byte{}
+		}
+		refused[topic] = subs[topic]
+	}
+	return refused
 }
 
 func (c *Client) onConnectionLost(_ paho.Client, err error) {

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -82,6 +83,13 @@ type Config struct {
 	// finish. Default 4096.
 	MaxPendingSubmits int
 
+	// FleetGate, when set, is asked before a task from the fleet topic is
+	// submitted: one device in the fleet runs each task id (its claims,
+	// transport/fleet). A task claimed by another device is dead-lettered
+	// with the owner (code claimed_elsewhere) and acknowledged; an error
+	// leaves it unacknowledged for the broker to deliver again.
+	FleetGate FleetGate
+
 	// StateDir is where the client remembers, across restarts, the
 	// retained messages it dead-lettered (RejectedFile); the agent's
 	// directory. Empty: it remembers them for the process's life only.
@@ -89,6 +97,11 @@ type Config struct {
 
 	Log zerolog.Logger
 	Now func() time.Time
+}
+
+// FleetGate decides which device runs a fleet task.
+type FleetGate interface {
+	Claim(ctx context.Context, taskID string) (owner string, mine bool, err error)
 }
 
 // Topics are the topics of one agent.

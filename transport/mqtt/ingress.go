@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -11,6 +12,10 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 )
+
+// CodeClaimedElsewhere is the dead letter code of a fleet task another
+// device runs.
+const CodeClaimedElsewhere = "claimed_elsewhere"
 
 // maxDeadLetterPayload bounds the copy of a rejected payload in a dead
 // letter.
@@ -45,6 +50,19 @@ func (c *Client) take(m paho.Message) {
 	if err != nil {
 		c.reject(m, err)
 		return
+	}
+	if c.cfg.FleetGate != nil && m.Topic() == c.topics.Fleet {
+		owner, mine, err := c.cfg.FleetGate.Claim(c.ctx, task.TaskID)
+		switch {
+		case err != nil:
+			<-c.sem
+			c.log.Warn().Err(err).Str("task", task.TaskID).Msg("mqtt: fleet task not claimed, not acknowledged; the broker delivers it again")
+			return
+		case !mine:
+			c.reject(m, &agent.TaskError{Code: CodeClaimedElsewhere,
+				Msg: fmt.Sprintf("fleet task %s is claimed by device %s, which runs it", task.TaskID, owner)})
+			return
+		}
 	}
 	ev, err := agent.TaskEvent(task, "mqtt", c.cfg.Now().UnixMilli())
 	if err != nil {

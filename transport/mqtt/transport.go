@@ -23,6 +23,7 @@ type transport struct {
 	mu     sync.Mutex // guards client and early
 	client *Client
 	early  []agent.Result
+	claims Claims // one run per fleet task id across the fleet; nil without fleet tasks
 }
 
 // openTransport checks the mqtt.* settings; it does no I/O but reading the
@@ -71,6 +72,11 @@ func (t *transport) Progress(taskID string, percent int, phase string) {
 
 // Deliver hands results to the client, or keeps them until it exists.
 func (t *transport) Deliver(results []agent.Result) {
+	if t.claims != nil {
+		for _, r := range results {
+			t.claims.Done(r.TaskID)
+		}
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.client != nil {
@@ -90,6 +96,14 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		}
 		cfg.Broker = t.broker.URL()
 	}
+	if !cfg.NoFleet && newClaims != nil {
+		claims, err := newClaims(cfg)
+		if err != nil {
+			return err
+		}
+		go func() { <-ctx.Done(); claims.Close() }()
+		t.claims, cfg.FleetGate = claims, claims
+	}
 	c, err := New(cfg)
 	if err != nil {
 		return err
@@ -99,7 +113,13 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 	t.early = nil
 	t.client = c
 	t.mu.Unlock()
-	return c.Start(ctx, rt)
+	if err := c.Start(ctx, rt); err != nil {
+		return err
+	}
+	if t.claims != nil {
+		t.claims.Connect() // once the hub took the agent's login
+	}
+	return nil
 }
 
 // Close publishes what it can within a few seconds, disconnects, and stops

@@ -60,6 +60,10 @@ type Options struct {
 	NoPersistence bool
 	// PasswordFile, when set, turns anonymous access off.
 	PasswordFile string
+	// DynSec, when set, is the dynamic security plugin's JSON file (see
+	// InitDynSec): the broker loads the plugin, which then decides who
+	// logs in and what each client may do; anonymous access is off.
+	DynSec string
 	// TLS, when set, makes the listener TLS with these PEM files.
 	TLS *TLSFiles
 	// Extra lines for mosquitto.conf.
@@ -111,9 +115,12 @@ func StartMosquittoOnPort(t testing.TB, port int, o Options) *Mosquitto {
 		"log_type information",
 		"connection_messages true",
 	}
-	if o.PasswordFile != "" {
+	switch {
+	case o.DynSec != "":
+		lines = append(lines, "allow_anonymous false", "plugin "+DynSecPlugin(t), "plugin_opt_config_file "+o.DynSec)
+	case o.PasswordFile != "":
 		lines = append(lines, "allow_anonymous false", "password_file "+o.PasswordFile)
-	} else {
+	default:
 		lines = append(lines, "allow_anonymous true")
 	}
 	if o.NoPersistence {
@@ -215,6 +222,39 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.m.Lock()
 	defer w.m.Unlock()
 	return w.b.Write(p)
+}
+
+// DynSecPlugin returns the path of Mosquitto's dynamic security plugin
+// (Debian's mosquitto package ships it under /usr/lib/<triplet>/).
+func DynSecPlugin(t testing.TB) string {
+	t.Helper()
+	const name = "mosquitto_dynamic_security.so"
+	var candidates []string
+	for _, pattern := range []string{"/usr/lib/*/" + name, "/usr/lib/" + name, "/usr/lib/*/mosquitto/" + name,
+		"/usr/local/lib/" + name, "/usr/lib64/" + name, "/opt/homebrew/lib/" + name} {
+		m, _ := filepath.Glob(pattern)
+		candidates = append(candidates, m...)
+	}
+	if len(candidates) > 0 {
+		return candidates[0]
+	}
+	if os.Getenv("OPENSTARRY_SKIP_MOSQUITTO") == "1" {
+		t.Skipf("%s is not installed and OPENSTARRY_SKIP_MOSQUITTO=1", name)
+	}
+	t.Fatalf("%s not found (apt-get install mosquitto); set OPENSTARRY_SKIP_MOSQUITTO=1 to skip this test", name)
+	return ""
+}
+
+// InitDynSec writes a dynamic security configuration with one admin
+// client (mosquitto_ctrl dynsec init) in dir and returns its path.
+func InitDynSec(t testing.TB, dir, admin, password string) string {
+	t.Helper()
+	path := filepath.Join(dir, "dynsec.json")
+	out, err := exec.Command(Binary(t, "mosquitto_ctrl"), "dynsec", "init", path, admin, password).CombinedOutput()
+	if err != nil {
+		t.Fatalf("mosquitto_ctrl dynsec init: %v\n%s", err, out)
+	}
+	return path
 }
 
 // PasswordFile makes a Mosquitto password file with mosquitto_passwd and

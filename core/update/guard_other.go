@@ -1,0 +1,7 @@
+//go:build !linux
+
+package update
+
+import "syscall"
+
+func childAttr() *syscall.SysProcAttr { return nil }
