@@ -336,6 +336,13 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 		case aerr == nil:
 			approval = a
 		case errors.Is(aerr, ErrNotFound) && cur.Approval:
+			// The result is stored before the gate opens: whoever sees
+			// the pending approval sees what it is asked to decide on.
+			if aerr = m.store.PutTask(ctx, cur); aerr != nil {
+				m.mu.Unlock()
+				m.log.Error().Err(aerr).Str("task", cur.ID).Msg("recording a task's result")
+				return
+			}
 			approval, aerr = m.store.InsertApproval(ctx, &Approval{SessionID: r.sessionID, ProjectID: r.projectID, TaskID: cur.ID,
 				Attempt: cur.Attempt, CheckpointType: cur.TaskType, LeaderID: agentID, Status: ApprovalPending, SubmittedAt: now,
 				InstructionContent: cur.Name, WorkerInstructions: json.RawMessage(`[]`), Artifacts: m.artifactList(r)})
