@@ -101,6 +101,26 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	for _, st := range log.Steps {
 		results = append(results, st.Results...)
 	}
+	// A call whose outcome a crash left unknown, put before an operator:
+	// the task goes on only with the decision.
+	if log.Awaiting != nil && len(log.Steps) > 0 {
+		status, msg, aborted := r.decide(ev, &task, log, deadline)
+		switch {
+		case aborted:
+			out.aborted = true
+			return out
+		case status == ResultFailed:
+			return fail(msg)
+		case status != "":
+			out.result.Status = status
+			out.result.Error = msg
+			return end(Message{Role: "assistant", Content: clip("unknown outcome: " + msg)})
+		}
+		results = results[:0]
+		for _, st := range log.Steps {
+			results = append(results, st.Results...)
+		}
+	}
 	// A reply saved by an earlier process whose calls did not all run:
 	// run the rest without asking the brain again.
 	if n := len(log.Steps); n > 0 && len(log.Steps[n-1].Results) < len(log.Steps[n-1].Calls) {
