@@ -47,8 +47,8 @@ type Options struct {
 	// Decider reaches session continuity's approvals (the daemon's
 	// agents); nil without a daemon.
 	Decider agent.Decider
-	Version               string
-	Log                   zerolog.Logger
+	Version string
+	Log     zerolog.Logger
 }
 
 // OpenStore opens the store named by url, or the default bbolt store under
