@@ -25,10 +25,10 @@ func modelMaster(t *testing.T, data string, srv *llmtest.Server) string {
 	t.Helper()
 	tmpl := map[string]any{
 		"name": "modelmaster", "version": "1.0.0", "role": "master",
-		"brain":         map[string]any{"provider": "openai", "base_url": srv.BaseURL(), "model": "test-model", "timeout_ms": 10000},
-		"system_prompt": "You are the master agent.",
-		"tools":         []string{"file_append", "file_read", "sleep_ms", "approval_request", "approach_record", "task_update"},
-		"context_budget": map[string]any{"max_messages": 40},
+		"brain":           map[string]any{"provider": "openai", "base_url": srv.BaseURL(), "model": "test-model", "timeout_ms": 10000},
+		"system_prompt":   "You are the master agent.",
+		"tools":           []string{"file_append", "file_read", "sleep_ms", "approval_request", "approach_record", "task_update"},
+		"context_budget":  map[string]any{"max_messages": 40},
 		"unknown_outcome": "approval",
 		"limits":          map[string]any{"max_steps": 6},
 	}
