@@ -191,3 +191,104 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		t.Fatalf("after the resume the model was asked %d times, want 2", n)
 	}
 }
+
+// TestResumeContextReachesModel: a model-driven master records a failed
+// approach, then is SIGKILLed inside a task; the session is interrupted and
+// resumed, and the next task the resumed session hands the master reaches
+// the model with the session's resume context (the parent session, why it
+// stopped, the failed approach, the task in progress) in a system message
+// before the task's input.
+func TestResumeContextReachesModel(t *testing.T) {
+	data := dataDir(t)
+	var (
+		mu      sync.Mutex
+		started = map[string]bool{}
+	)
+	answer := func(content string) llmtest.Answer {
+		return llmtest.Answer{Body: `{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"` + content + `"}}]}`}
+	}
+	calls := func(call string) llmtest.Answer {
+		return llmtest.Answer{Body: `{"choices":[{"index":0,"finish_reason":"tool_calls","message":{"role":"assistant","content":null,"tool_calls":[` + call + `]}}]}`}
+	}
+	srv := llmtest.NewFunc(t, func(req llmtest.Request) llmtest.Answer {
+		var input string
+		for _, m := range req.Body.Messages {
+			if m.Role == "user" && m.Content != nil {
+				input = *m.Content
+			}
+		}
+		mu.Lock()
+		started[input] = true
+		mu.Unlock()
+		switch {
+		case input == "task one" && req.Body.ToolResults() == 0:
+			return calls(`{"id":"c1","type":"function","function":{"name":"approach_record","arguments":"{\"kind\":\"failed\",\"category\":\"jump\",\"description\":\"velocity only\",\"failure_reason\":\"double jump\"}"}}`)
+		case input == "task two" && req.Body.ToolResults() == 0:
+			return calls(`{"id":"c2","type":"function","function":{"name":"sleep_ms","arguments":"{\"ms\":3000}"}}`)
+		}
+		return answer(strings.ReplaceAll(input, " ", "_") + "_done")
+	})
+	c := startDaemon(t, modelMaster(t, data, srv))
+	base := daemonStatus(t, data).HTTP
+	var v session.ProjectView
+	apiInto(t, "POST", base+"/projects", map[string]any{"name": "game", "tasks": []any{
+		map[string]any{"phase": 1, "type": "one", "input": "task one"},
+		map[string]any{"phase": 1, "type": "two", "input": "task two", "depends_on": []any{0}},
+		map[string]any{"phase": 1, "type": "three", "input": "task three", "depends_on": []any{1}},
+	}}, 201, &v)
+	two := v.Tasks[1].ID
+	wait.For(t, 20*time.Second, "the master inside task two's sleep", func() bool {
+		code, st, err := getTask(base, "master", two)
+		mu.Lock()
+		asked := started["task two"]
+		mu.Unlock()
+		return asked && err == nil && code == 200 && st.Status == "running"
+	})
+	m, _ := agentInfo(daemonStatus(t, data), "master")
+	if err := syscall.Kill(m.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "the session interrupted", func() bool {
+		var ss []session.Session
+		apiInto(t, "GET", base+"/projects/"+v.ID+"/sessions", nil, 200, &ss)
+		return len(ss) == 1 && ss[0].Status == session.SessionInterrupted
+	})
+	waitAgent(t, data, "master", 20*time.Second, func(a control.AgentInfo) bool { return a.State == control.StateRunning && a.PID != m.PID })
+	mu.Lock()
+	if started["task three"] {
+		t.Fatal("task three ran before the resume")
+	}
+	mu.Unlock()
+	var res session.ResumeResult
+	apiInto(t, "POST", base+"/projects/"+v.ID+"/sessions/"+v.SessionID+"/resume", nil, 201, &res)
+	wait.For(t, 30*time.Second, "the resumed session completed", func() bool {
+		p := project(t, base, v.ID)
+		return p.SessionID == res.Session.ID && p.Status == session.SessionCompleted
+	})
+
+	var three *llmtest.Request
+	for _, r := range srv.Requests() {
+		if n := len(r.Body.Messages); n > 0 && r.Body.Messages[n-1].Content != nil && *r.Body.Messages[n-1].Content == "task three" {
+			r := r
+			three = &r
+		}
+	}
+	if three == nil {
+		t.Fatalf("task three never reached the model\n%s", c.logs())
+	}
+	var resume string
+	at, task := -1, len(three.Body.Messages)-1
+	for i, msg := range three.Body.Messages {
+		if msg.Role == "system" && msg.Content != nil && strings.Contains(*msg.Content, "session continuity") {
+			resume, at = *msg.Content, i
+		}
+	}
+	for _, want := range []string{`"parent_session_id":"` + v.SessionID + `"`, `"interruption_reason":"crash"`, "velocity only", "double jump", two} {
+		if !strings.Contains(resume, want) {
+			t.Fatalf("the resume context the model received lacks %s:\n%s", want, three.Raw)
+		}
+	}
+	if at < 0 || at > task || len(resume) > 9<<10 {
+		t.Fatalf("resume context at message %d of %d, %d bytes", at, task+1, len(resume))
+	}
+}

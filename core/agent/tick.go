@@ -24,6 +24,7 @@ type tickInput struct {
 	history   []Message
 	histBytes int      // bytes of history's contents
 	memory    string   // working_variables.history_summary
+	resume    string   // the resume context of the task's session (Turn.Resume), or ""
 	turn      *TurnLog // nil, or this event's saved progress (a copy)
 }
 
@@ -130,7 +131,7 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 		}
 	}
 	turn := Turn{AgentID: r.cfg.AgentID, SystemPrompt: r.cfg.SystemPrompt, History: in.history,
-		Memory: in.memory, Task: task, Tools: r.toolSpecs()}
+		Memory: in.memory, Resume: in.resume, Task: task, Tools: r.toolSpecs()}
 	for step := len(log.Steps); step < r.cfg.MaxSteps; step++ {
 		turn.Step = step
 		turn.Results = results
