@@ -53,8 +53,8 @@ type Turn struct {
 	// handed its context: what was done, what failed, the approaches
 	// verified and failed, the task in progress when it stopped. It is
 	// text for a model, at most about 8 KiB; empty otherwise.
-	Resume string
-	Task   Task
+	Resume  string
+	Task    Task
 	Step    int          // 0 for the first call of this task
 	Results []ToolResult // results of every call made so far for this task
 	// Steps are the brain's earlier replies of this task with the results
