@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -22,6 +23,12 @@ type Decider interface {
 	// a person decides.
 	Decision(ctx context.Context, id int64) (Decision, error)
 }
+
+// ErrNoApproval is wrapped by a Decider's error when no approval can be
+// raised or read for good (the task's project or the approval is not known,
+// the daemon keeps no sessions): the task then ends unknown_outcome with
+// that error instead of waiting. Any other error is retried with backoff.
+var ErrNoApproval = errors.New("no approval can be raised or read")
 
 // UnknownOutcome is the call whose outcome a crash left unknown, as it is
 // put before an operator.
@@ -98,6 +105,10 @@ func (r *Runtime) decide(ev Event, task *Task, log *TurnLog, deadline time.Time)
 				Msgf("unknown outcome of %s: approval %d waits for an operator (openstarry approval approve|reject %d)", aw.Tool, id, id)
 			break
 		}
+		if errors.Is(err, ErrNoApproval) {
+			r.log.Error().Err(err).Str("task", task.TaskID).Msg("no approval can be raised for an unknown outcome: the task ends unknown_outcome")
+			return ResultUnknownOutcome, fmt.Sprintf("%s was interrupted by a crash; it may or may not have taken effect, and it is not run again: %v", aw.Tool, err), false
+		}
 		if late() {
 			return ResultUnknownOutcome, fmt.Sprintf("%s was interrupted by a crash and no approval could be raised before the deadline: %v", aw.Tool, err), false
 		}
@@ -114,6 +125,11 @@ func (r *Runtime) decide(ev Event, task *Task, log *TurnLog, deadline time.Time)
 		var err error
 		d, err = r.cfg.Decider.Decision(ctx, aw.ApprovalID)
 		cancel()
+		if errors.Is(err, ErrNoApproval) {
+			r.log.Error().Err(err).Str("task", task.TaskID).Int64("approval", aw.ApprovalID).Msg("the approval of an unknown outcome cannot be read: the task ends unknown_outcome")
+			return ResultUnknownOutcome, fmt.Sprintf("%s was interrupted by a crash; it may or may not have taken effect, and it is not run again: approval %d: %v",
+				aw.Tool, aw.ApprovalID, err), false
+		}
 		if err != nil {
 			r.log.Warn().Err(err).Str("task", task.TaskID).Int64("approval", aw.ApprovalID).Msg("reading the decision; retrying")
 		} else if d.Status != DecisionPending {

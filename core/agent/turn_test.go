@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -251,12 +252,16 @@ type decider struct {
 	asked    []agent.UnknownOutcome
 	decision agent.Decision
 	reads    int
+	refuse   error // Ask's error
 }
 
 func (d *decider) Ask(ctx context.Context, q agent.UnknownOutcome) (int64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.asked = append(d.asked, q)
+	if d.refuse != nil {
+		return 0, d.refuse
+	}
 	return 7, nil
 }
 
@@ -349,5 +354,29 @@ func TestUnknownOutcomeApproval(t *testing.T) {
 				t.Fatalf("log.txt = %q: the tool ran again", data)
 			}
 		})
+	}
+}
+
+// When session continuity refuses the approval for good (its project is
+// not known), the task ends unknown_outcome with the reason instead of
+// waiting, and the agent goes on with its next task.
+func TestUnknownOutcomeApprovalRefused(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.UnknownOutcome = agent.UnknownApproval
+	d := &decider{refuse: fmt.Errorf("%w: task task_p1_a_001 of project proj_20260101_abc123: not found", agent.ErrNoApproval)}
+	e.cfg.Decider = d
+	e.cfg.Brain = &modelBrain{calls: modelCalls()}
+	task := &agent.Task{TaskID: "t1", Input: json.RawMessage(`"do it"`),
+		ProjectID: "proj_20260101_abc123", SessionID: "sess_20260101120000_abc123"}
+	crashAtTask(t, e, task, func(s *agent.Snapshot) bool { return s.PendingAction != nil })
+	e.cfg.Brain = &modelBrain{calls: modelCalls()}
+	rt := e.start()
+	st := waitTask(t, rt, "t1")
+	if st.Status != agent.ResultUnknownOutcome || !strings.Contains(st.Error, "not found") || !strings.Contains(st.Error, "file_append") {
+		t.Fatalf("state = %+v", st)
+	}
+	submit(t, rt, "t2", "next")
+	if st := waitTask(t, rt, "t2"); st.Status != agent.ResultDone {
+		t.Fatalf("the next task: %+v", st)
 	}
 }

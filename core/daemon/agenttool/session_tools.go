@@ -139,7 +139,18 @@ func (d Decider) call(ctx context.Context, requester, op string, req any) (json.
 		defer c.Close()
 		s = c
 	}
-	return s.Session(ctx, requester, op, req)
+	out, err := s.Session(ctx, requester, op, req)
+	var ce *control.Error
+	if errors.As(err, &ce) && permanent(ce.Status) {
+		return nil, fmt.Errorf("%w: %w", agent.ErrNoApproval, err)
+	}
+	return out, err
+}
+
+// permanent reports whether the daemon's answer will not change if asked
+// again: a request it refuses, or sessions it does not keep.
+func permanent(status int) bool {
+	return status >= 400 && status < 500 && status != 408 && status != 429 || status == 501
 }
 
 // Ask implements agent.Decider.
