@@ -49,7 +49,6 @@ func (f *asset) gzipped() []byte {
 	return f.gzData
 }
 
-
 // assets holds the embedded files, built once by loadAssets.
 type assets struct {
 	index *asset            // index.html with the assets' hashed URLs
