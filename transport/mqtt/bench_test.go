@@ -60,7 +60,7 @@ var benchRun atomic.Int64
 const ingressRounds = 5
 
 func benchIngress(b *testing.B, url string) {
-	n := max(b.N, 5000) // tasks per round: shorter rounds measure start-up
+	n := max(b.N, 2000) // tasks per round: shorter rounds measure start-up
 	run := benchRun.Add(1)
 	payload := func(prefix string, i int) []byte {
 		head := fmt.Sprintf(`{"task_id":"%s-%06d","type":"bench","input":"`, prefix, i)
