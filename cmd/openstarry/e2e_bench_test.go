@@ -36,7 +36,9 @@ import (
 //	                                           (target: median ≤ 6)
 //	clients=N   N clients, each sending its next task once the last one's
 //	            result is in: tasks/s, and x_1client, the rate over that of
-//	            one client in the same run (targets: 8 ≥ 4, 64 ≥ 8)
+//	            one client in the same run (targets: 8 ≥ 4, 64 ≥ 8); over
+//	            HTTP each client has its own keep-alive connection, over MQTT
+//	            they share one connection, as the tasks of one hub do
 //
 // Run: go test -run '^$' -bench EndToEnd -benchtime 300x ./cmd/openstarry/
 
