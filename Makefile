@@ -44,7 +44,7 @@ fuzz:
 # submit-and-wait throughput at 1, 8 and 64 clients (in-process), the openai
 # brain's own cost per turn (no model).
 bench:
-	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|DaemonBoot|MQTTIngress|Hydrate|BrainTurn' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
+	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|DaemonBoot|MQTTIngress|Hydrate|BrainTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
