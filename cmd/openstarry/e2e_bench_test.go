@@ -5,11 +5,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -49,22 +47,7 @@ func BenchmarkEndToEndHTTP(b *testing.B) {
 	c := startDaemon(b, daemonConfig(b, data, ""))
 	url := c.url() + "/agents/master/tasks?wait=10s"
 	var clients []*http.Client
-	send := func(client int, id string) error {
-		cl := clients[client]
-		resp, err := cl.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"done"`) {
-			return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
-		}
-		return nil
-	}
+	send := func(client int, id string) error { return postWait(clients[client], url, id) }
 	// One keep-alive connection per client, as a client library keeps.
 	for range 64 {
 		clients = append(clients, &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1}, Timeout: 30 * time.Second})

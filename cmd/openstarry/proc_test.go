@@ -259,7 +259,16 @@ func countLines(t *testing.T, path string) map[string]int {
 // runCLI runs the built binary and returns its combined output and exit code.
 func runCLI(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with more environment variables.
+func runCLIEnv(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(binPath, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -81,21 +81,7 @@ func submitWait(b *testing.B, clients int) float64 {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
 
-	post := func(id string) error {
-		resp, err := client.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"done"`) {
-			return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
-		}
-		return nil
-	}
+	post := func(id string) error { return postWait(client, url, id) }
 	for i := range clients { // one connection per client, open before the clock starts
 		if err := post(fmt.Sprintf("warm-%d", i)); err != nil {
 			b.Fatal(err)
@@ -136,4 +122,22 @@ func submitWait(b *testing.B, clients int) float64 {
 	b.ReportMetric(rate, "tasks/s")
 	b.ReportMetric(float64(saves.Load())/float64(b.N), "saves/task")
 	return rate
+}
+
+// postWait posts an echo task to url (a tasks route with ?wait=) and
+// checks that the answer is its final state, done.
+func postWait(c *http.Client, url, id string) error {
+	resp, err := c.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"done"`) {
+		return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
+	}
+	return nil
 }

@@ -274,21 +274,7 @@ func (p *wearProc) httpPost(tb testing.TB) func(id string) error {
 	c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
 	tb.Cleanup(c.CloseIdleConnections)
 	url := p.httpURL + "/agents/master/tasks?wait=10s"
-	return func(id string) error {
-		resp, err := c.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || !bytes.Contains(body, []byte(`"status":"done"`)) {
-			return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
-		}
-		return nil
-	}
+	return func(id string) error { return postWait(c, url, id) }
 }
 
 // mqttSender publishes a task at QoS 1 to the agent's tasks topic and waits
