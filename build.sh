@@ -45,7 +45,7 @@ DEB_ARCHS=${DEB_ARCHS-amd64 arm64 armhf armel}
 MAX_MIB=${MAX_MIB:-20}
 # The small Linux builds measure 10.7 MiB (arm64) and 10.9 MiB (armv6,
 # armv7). Windows binaries are larger (the PE format, the service manager):
-# a small Windows build, which the tests run under wine, measures 11.9 MiB.
+# a small Windows build, which the tests run under wine, measures 11.85 MiB.
 SMALL_MAX_MIB=${SMALL_MAX_MIB:-11}
 SMALL_WINDOWS_MAX_MIB=${SMALL_WINDOWS_MAX_MIB:-12}
 NFPM_MODULE=github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
