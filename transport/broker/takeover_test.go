@@ -132,6 +132,9 @@ func TestTakeoverUnderLoad(t *testing.T) {
 			publishing = false
 		default:
 		}
+		if !publishing {
+			break
+		}
 		if reconnects == 150 { // enough: let the publisher finish
 			if err := <-done; err != nil {
 				t.Fatal(err)
