@@ -185,34 +185,10 @@ func e2eCases(b *testing.B, data string, send func(client int, id string) error)
 	for _, clients := range []int{1, 8, 64} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			n := max(b.N, 10*clients) // every client sends several
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, clients)
 			b.ResetTimer()
-			t0 := time.Now()
-			for c := range clients {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for {
-						i := next.Add(1) - 1
-						if i >= int64(n) {
-							return
-						}
-						if err := send(c, fmt.Sprintf("c%d-%d-%d-%d", run, clients, b.N, i)); err != nil {
-							errs <- err
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			el := time.Since(t0)
-			b.StopTimer()
-			close(errs)
-			if err := <-errs; err != nil {
-				b.Fatal(err)
-			}
+			el := runClients(b, clients, n, func(c int, i int64) error {
+				return send(c, fmt.Sprintf("c%d-%d-%d-%d", run, clients, b.N, i))
+			})
 			rate := float64(n) / el.Seconds()
 			b.ReportMetric(rate, "tasks/s")
 			if clients == 1 {

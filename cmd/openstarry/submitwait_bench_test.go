@@ -88,36 +88,8 @@ func submitWait(b *testing.B, clients int) float64 {
 		}
 	}
 	saves.Store(0)
-	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		errs = make(chan error, clients)
-	)
 	b.ResetTimer()
-	start := time.Now()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := next.Add(1) - 1
-				if i >= int64(b.N) {
-					return
-				}
-				if err := post(fmt.Sprintf("t%d", i)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	el := time.Since(start)
-	b.StopTimer()
-	close(errs)
-	if err := <-errs; err != nil {
-		b.Fatal(err)
-	}
+	el := runClients(b, clients, b.N, func(_ int, i int64) error { return post(fmt.Sprintf("t%d", i)) })
 	rate := float64(b.N) / el.Seconds()
 	b.ReportMetric(rate, "tasks/s")
 	b.ReportMetric(float64(saves.Load())/float64(b.N), "saves/task")
@@ -140,4 +112,40 @@ func postWait(c *http.Client, url, id string) error {
 		return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
 	}
 	return nil
+}
+
+// runClients sends n tasks from clients goroutines, each taking the next
+// task number once its last task is done, and returns how long they took;
+// the timer is stopped at the end, and b fails on the first error.
+func runClients(b *testing.B, clients, n int, send func(client int, i int64) error) time.Duration {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, clients)
+	)
+	start := time.Now()
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(n) {
+					return
+				}
+				if err := send(c, i); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	close(errs)
+	if err := <-errs; err != nil {
+		b.Fatal(err)
+	}
+	return el
 }

@@ -17,6 +17,9 @@ type RawSyncer struct {
 	i   byte
 }
 
+// RawSyncBytes is what one Sync writes.
+const RawSyncBytes = 4096
+
 // NewRawSyncer preallocates a 1 MiB file with real blocks in dir, so that
 // the syncs overwrite and never allocate. It is closed when b ends.
 func NewRawSyncer(b testing.TB, dir string) *RawSyncer {
@@ -32,7 +35,7 @@ func NewRawSyncer(b testing.TB, dir string) *RawSyncer {
 	if err := f.Sync(); err != nil {
 		b.Fatal(err)
 	}
-	r := &RawSyncer{f: f, buf: bytes.Repeat([]byte{0x5a}, 4096)}
+	r := &RawSyncer{f: f, buf: bytes.Repeat([]byte{0x5a}, RawSyncBytes)}
 	for range 20 { // warm up
 		r.Sync(b)
 	}
