@@ -49,7 +49,7 @@ fuzz:
 # daemon's cold boot (BOOTS boots: each one takes about half a second).
 BOOTS ?= 20x
 bench:
-	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
+	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
 	$(GO) test -run '^$$' -bench 'DaemonBoot' -benchtime $(BOOTS) -timeout 30m ./cmd/openstarry/
 
 lint:

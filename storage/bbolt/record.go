@@ -26,8 +26,11 @@ import (
 //	  'r' + 8-byte big-endian gen   a generation record (see record), framed
 //	tasks bucket
 //	  'i' + task_id                 8-byte result seq + the Result's JSON, framed
-//	  'n'                           8-byte count of the 't' entries, framed
 //	  't' + 8-byte ms + 8-byte seq  the task_id finished then, framed
+//	  'u'                           8-byte count of the 't' entries, framed
+//	                                (after the last 't' key, so that a Save
+//	                                writes it in the page it appends to;
+//	                                files of older versions have it as 'n')
 //
 // The element keys are internal to this backend: a record maps them to the
 // kernel's positions (Snapshot.HistorySeq, QueueSeq, RecentSeq, and the Seq
@@ -47,8 +50,9 @@ const (
 	prefixRecord  byte = 'r'
 
 	prefixTaskByID   byte = 'i'
-	keyTaskCount     byte = 'n'
 	prefixTaskByTime byte = 't'
+	keyTaskCount     byte = 'u'
+	keyTaskCountOld  byte = 'n' // before the count moved after the 't' keys
 )
 
 // Every value this backend stores is a frame of storage/internal/backend

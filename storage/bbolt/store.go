@@ -67,6 +67,8 @@ func defaultTuning() tuning {
 			// The first mapping, so that small agents never remap. On
 			// Linux it does not grow the file.
 			InitialMmapSize: 1 << 20,
+			// Single-page caching (pagecache_linux.go).
+			OpenFile: openFile,
 		},
 		allocSize: 1 << 20,
 		// Keys are only ever appended in order (history, queue,

@@ -165,7 +165,10 @@ func taskCount(b *bolt.Bucket) (uint64, error) {
 	k := []byte{keyTaskCount}
 	v := b.Get(k)
 	if v == nil {
-		return 0, nil
+		k = []byte{keyTaskCountOld}
+		if v = b.Get(k); v == nil {
+			return 0, nil
+		}
 	}
 	if p, err := openFrame(k, v); err == nil && len(p) == 8 {
 		return binary.BigEndian.Uint64(p), nil
@@ -179,6 +182,11 @@ func taskCount(b *bolt.Bucket) (uint64, error) {
 }
 
 func putTaskCount(b *bolt.Bucket, n uint64) error {
+	if old := []byte{keyTaskCountOld}; b.Get(old) != nil {
+		if err := b.Delete(old); err != nil {
+			return err
+		}
+	}
 	k := []byte{keyTaskCount}
 	return b.Put(k, appendFrame(nil, k, binary.BigEndian.AppendUint64(nil, n)))
 }

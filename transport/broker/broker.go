@@ -49,6 +49,10 @@ type Config struct {
 	TopicPrefix string
 	// Log receives mochi's log records (bridged from slog).
 	Log zerolog.Logger
+	// AckHold is how long a QoS 1 PUBACK waits for the persistent
+	// subscribers to acknowledge the message before the broker stores it
+	// (with DataDir set), default DefaultAckHold.
+	AckHold time.Duration
 }
 
 // Broker is a running embedded broker.
@@ -68,6 +72,9 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	}
 	if cfg.TopicPrefix == "" {
 		cfg.TopicPrefix = "openstarry"
+	}
+	if cfg.AckHold <= 0 {
+		cfg.AckHold = DefaultAckHold
 	}
 	log := cfg.Log.With().Str("component", "broker").Logger()
 	auth, err := newAuthHook(cfg.Users, cfg.TopicPrefix)
@@ -103,7 +110,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	var store *boltHook
 	if cfg.DataDir != "" {
 		path := filepath.Join(cfg.DataDir, DBFile)
-		store = new(boltHook)
+		store = newBoltHook(cfg.AckHold)
 		err := srv.AddHook(store, &bolt.Options{
 			Path:    path,
 			Options: &bbolt.Options{Timeout: time.Second},
@@ -121,7 +128,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", ln), srv: srv}); err != nil {
+	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", gateListener{ln}), srv: srv}); err != nil {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}

@@ -19,21 +19,28 @@
 //     {prefix}/fleet/tasks (plain or as $share/{group}/…); a hub user and an
 //     anonymous loopback client may use every topic.
 //   - Persistence: with Config.DataDir set, sessions, subscriptions,
-//     in-flight QoS 1/2 messages and retained messages are kept in
+//     retained messages and queued QoS 1/2 messages are kept in
 //     DATA/broker.db (mochi's bbolt storage hook, every write synced) and
 //     reloaded by the next Start, so a device restart does not forget a
 //     persistent session or a task queued for an agent that was offline.
 //     The file's lock also stops a second broker from using the same data
-//     directory. Mochi acknowledges a publisher before it has stored the
-//     copies it queues for subscribers, so a power cut within that instant
-//     can lose a message the publisher saw acknowledged; a hub that must
-//     never do so is a Mosquitto with the packaging/mosquitto/hub.conf
-//     settings.
+//     directory.
+//   - One durable copy (gate.go): a QoS 1 message is acknowledged to its
+//     publisher only once every persistent session it was routed to has
+//     acknowledged it (an agent does so once its store holds the task), or,
+//     after Config.AckHold (200ms by default) or at once for an offline
+//     session, once the broker has stored the copies not acknowledged. A
+//     message whose PUBACK its publisher received therefore survives a
+//     crash of the broker, and in the common case the broker writes nothing
+//     for it. Copies for clean sessions, which end with the broker anyway,
+//     and the broker's own acknowledgement records are never stored; $SYS
+//     figures are not kept across restarts.
 //   - A session taken over keeps what was queued for it: a message that
 //     reaches a persistent session at the instant its client reconnects
 //     goes to the new connection (takeoverHook), and what the old one had
-//     in flight stays in broker.db until the new one acknowledges it
-//     (boltHook.OnQosDropped); mochi v2.7.9 lost both.
+//     in flight stays in broker.db and in the acknowledgement gate until
+//     the new one acknowledges it (boltHook.OnQosDropped); mochi v2.7.9
+//     lost both.
 //   - A delivery waits for its own acknowledgement: a client publishing
 //     under the packet id of a message in flight to it does not make the
 //     broker forget that message (takeoverHook; mochi v2.7.9 numbered both

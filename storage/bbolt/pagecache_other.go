@@ -1,0 +1,10 @@
+//go:build !linux
+
+package bbolt
+
+import "os"
+
+// openFile opens an agent's file for bbolt (see pagecache_linux.go).
+func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
+	return os.OpenFile(name, flag, perm)
+}

@@ -1,0 +1,348 @@
+package broker
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/packets"
+)
+
+// DefaultAckHold is how long the broker waits for the persistent subscribers
+// of a QoS 1 message to acknowledge it before it stores the message itself
+// and acknowledges the publisher.
+const DefaultAckHold = 200 * time.Millisecond
+
+// The acknowledgement gate keeps one durable copy of a QoS 1 message, not
+// two. When a client publishes at QoS 1, its PUBACK is withheld until every
+// subscriber with a persistent session that the message was routed to has
+// acknowledged it (an OpenStarry agent acknowledges a task only once its
+// snapshot holds it durably), or, failing that within the hold (or at once
+// for a subscriber that is offline), until the broker has stored the
+// undelivered copies in broker.db with an fsync. Either way a message whose
+// PUBACK reached its publisher survives a crash of the broker: it is in the
+// subscriber's store or in the broker's. A message that matched no
+// persistent session is acknowledged at once and stored nowhere (no broker
+// keeps it across a crash either). In the common case, an agent online and
+// quick, the broker writes nothing per message.
+//
+// Mochi writes the PUBACK before it routes the message; the gate therefore
+// sits in the connection (gateConn), where it holds the PUBACK's bytes, and
+// the hooks (OnPublish, OnQosPublish, OnPublished, OnQosComplete) tell it
+// which deliveries each PUBACK waits for. PUBACKs leave a connection in the
+// order of their PUBLISHes, as MQTT requires; other packets are not held.
+type ackGate struct {
+	hold    time.Duration
+	persist func(cl *mqtt.Client, pk packets.Packet) // stores an undelivered copy, synced
+
+	mu sync.Mutex // guards the maps below and the gates' fields
+	// routing is, per publisher client id, the QoS 1 message being routed
+	// (between OnPublish and OnPublished, on the publisher's goroutine).
+	routing map[string]*gate
+	// waiting maps a delivery that is neither acknowledged nor stored to
+	// the gate it holds.
+	waiting map[delivery]*gate
+	// stored holds the deliveries in broker.db (stored by the gate, by
+	// mochi's hook for what the gate does not route, or left by the
+	// previous run).
+	stored map[delivery]struct{}
+	// ownAcks holds the broker's own PUBACK records between mochi's
+	// OnQosPublish and OnQosComplete of them (one step of the publisher's
+	// goroutine), to tell them from a subscriber's PUBACK of a delivery
+	// with the same packet id.
+	ownAcks map[delivery]struct{}
+}
+
+// delivery names one in-flight QoS 1 or 2 message to a client.
+type delivery struct {
+	client string
+	id     uint16
+}
+
+// gate is one withheld PUBACK.
+type gate struct {
+	conn    *gateConn
+	id      uint16 // the publisher's packet id
+	origin  string
+	topic   string
+	created int64
+	sealed  bool // routing finished: no more deliveries join
+	open    bool
+	pending map[delivery]pendingCopy
+	timer   *time.Timer
+}
+
+type pendingCopy struct {
+	cl *mqtt.Client
+	pk packets.Packet
+}
+
+func newAckGate(hold time.Duration, persist func(*mqtt.Client, packets.Packet)) *ackGate {
+	return &ackGate{hold: hold, persist: persist, routing: map[string]*gate{},
+		waiting: map[delivery]*gate{}, stored: map[delivery]struct{}{}, ownAcks: map[delivery]struct{}{}}
+}
+
+// persistent reports whether a client's session outlives its connection,
+// and so must outlive a crash of the broker.
+func persistent(cl *mqtt.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
+}
+
+func offline(cl *mqtt.Client) bool { return cl.Net.Conn == nil || cl.Closed() }
+
+// publish starts a gate for a QoS 1 message from cl (OnPublish).
+func (a *ackGate) publish(cl *mqtt.Client, pk packets.Packet) {
+	gc, ok := cl.Net.Conn.(*gateConn)
+	if !ok || cl.Net.Inline || pk.FixedHeader.Qos != 1 {
+		return
+	}
+	g := &gate{conn: gc, id: pk.PacketID, origin: cl.ID, topic: pk.TopicName, created: pk.Created,
+		pending: map[delivery]pendingCopy{}}
+	a.mu.Lock()
+	a.routing[cl.ID] = g
+	a.mu.Unlock()
+	gc.expect(g)
+	// Whatever happens to the routing (a hook that drops the message
+	// after this one), the gate neither holds the PUBACK nor leaves a copy
+	// unstored for longer than the hold.
+	g.timer = time.AfterFunc(a.hold, func() { a.expire(g) })
+}
+
+// published seals the gate of the message cl just routed (OnPublished).
+func (a *ackGate) published(cl *mqtt.Client, pk packets.Packet) {
+	a.mu.Lock()
+	g := a.routing[cl.ID]
+	if g == nil || g.id != pk.PacketID {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.routing, cl.ID)
+	g.sealed = true
+	ready := len(g.pending) == 0
+	if ready {
+		g.open = true
+		g.timer.Stop()
+	}
+	a.mu.Unlock()
+	if ready {
+		g.conn.release()
+	}
+}
+
+// qosPublish decides what becomes of one outgoing QoS 1/2 packet
+// (OnQosPublish); it reports whether mochi's store must write it.
+func (a *ackGate) qosPublish(cl *mqtt.Client, pk packets.Packet, resends int) bool {
+	d := delivery{cl.ID, pk.PacketID}
+	switch pk.FixedHeader.Type {
+	case packets.Puback:
+		// The broker's own acknowledgement of a QoS 1 message: nothing to
+		// resend after a restart, nothing to store.
+		a.mu.Lock()
+		a.ownAcks[d] = struct{}{}
+		a.mu.Unlock()
+		return false
+	case packets.Publish:
+	default:
+		return true // QoS 2 exchanges keep mochi's behaviour
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.stored[d]; ok {
+		return true // a stored copy is updated (resent)
+	}
+	if _, ok := a.waiting[d]; ok {
+		return false // a resend of a copy that a gate waits for
+	}
+	if !persistent(cl) {
+		return false // the session ends with the broker anyway
+	}
+	g := a.routing[pk.Origin]
+	if g == nil || resends > 0 || g.sealed || g.topic != pk.TopicName || g.created != pk.Created || offline(cl) {
+		a.stored[d] = struct{}{}
+		return true
+	}
+	g.pending[d] = pendingCopy{cl: cl, pk: pk}
+	a.waiting[d] = g
+	return false
+}
+
+// complete ends one outgoing packet (OnQosComplete, OnQosDropped); it
+// reports whether mochi's store must delete it.
+func (a *ackGate) complete(cl *mqtt.Client, pk packets.Packet) bool {
+	d := delivery{cl.ID, pk.PacketID}
+	a.mu.Lock()
+	if _, ok := a.ownAcks[d]; ok && pk.FixedHeader.Type == packets.Puback {
+		delete(a.ownAcks, d)
+		a.mu.Unlock()
+		return false
+	}
+	if g, ok := a.waiting[d]; ok {
+		delete(a.waiting, d)
+		delete(g.pending, d)
+		ready := g.sealed && !g.open && len(g.pending) == 0
+		if ready {
+			g.open = true
+			g.timer.Stop()
+		}
+		a.mu.Unlock()
+		if ready {
+			g.conn.release()
+		}
+		return false
+	}
+	_, ok := a.stored[d]
+	delete(a.stored, d)
+	a.mu.Unlock()
+	// A packet of a QoS 2 exchange, or one the gate does not know (stored
+	// by an older version), is deleted as mochi would.
+	return ok || (pk.FixedHeader.Type != packets.Puback && pk.FixedHeader.Type != packets.Publish)
+}
+
+// loaded records a delivery the previous run left in broker.db.
+func (a *ackGate) loaded(client string, id uint16) {
+	a.mu.Lock()
+	a.stored[delivery{client, id}] = struct{}{}
+	a.mu.Unlock()
+}
+
+// expire stores the copies a gate still waits for and opens it.
+func (a *ackGate) expire(g *gate) {
+	a.mu.Lock()
+	if g.open {
+		a.mu.Unlock()
+		return
+	}
+	if a.routing[g.origin] == g {
+		delete(a.routing, g.origin)
+	}
+	// Under the lock, so that an acknowledgement arriving meanwhile finds
+	// the copy stored and deletes it.
+	for d, c := range g.pending {
+		a.persist(c.cl, c.pk)
+		delete(a.waiting, d)
+		a.stored[d] = struct{}{}
+	}
+	g.pending = nil
+	g.sealed = true
+	g.open = true
+	a.mu.Unlock()
+	g.conn.release()
+}
+
+// gateListener hands out gateConns.
+type gateListener struct{ net.Listener }
+
+func (l gateListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &gateConn{Conn: c, gates: map[uint16]*gate{}}, nil
+}
+
+// gateConn is a client's connection whose PUBACKs wait for their gates.
+// Mochi writes whole packets in each Write.
+type gateConn struct {
+	net.Conn
+	mu    sync.Mutex       // guards gates and held; serialises writes to Conn
+	gates map[uint16]*gate // by the publisher's packet id
+	held  []heldAck        // withheld PUBACKs, in order
+}
+
+type heldAck struct {
+	id  uint16
+	raw []byte
+}
+
+func (c *gateConn) expect(g *gate) {
+	c.mu.Lock()
+	c.gates[g.id] = g
+	c.mu.Unlock()
+}
+
+// Write passes every packet but a PUBACK whose gate is closed, or one
+// behind a withheld PUBACK.
+func (c *gateConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := p[:0:0]
+	rest := p
+	for len(rest) > 0 {
+		n, ok := packetLen(rest)
+		if !ok { // not whole packets: pass the rest as it is
+			out = append(out, rest...)
+			break
+		}
+		pkt := rest[:n]
+		rest = rest[n:]
+		if pkt[0]>>4 != packets.Puback || n < 1+varintLen(pkt[1:])+2 {
+			out = append(out, pkt...)
+			continue
+		}
+		hdr := 1 + varintLen(pkt[1:])
+		id := uint16(pkt[hdr])<<8 | uint16(pkt[hdr+1])
+		g := c.gates[id]
+		if len(c.held) > 0 || (g != nil && !g.open) {
+			c.held = append(c.held, heldAck{id: id, raw: append([]byte(nil), pkt...)})
+			continue
+		}
+		delete(c.gates, id)
+		out = append(out, pkt...)
+	}
+	if len(out) > 0 {
+		if _, err := c.Conn.Write(out); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// release writes the withheld PUBACKs whose gates are open, in order.
+func (c *gateConn) release() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []byte
+	for len(c.held) > 0 {
+		h := c.held[0]
+		if g := c.gates[h.id]; g != nil && !g.open {
+			break
+		}
+		delete(c.gates, h.id)
+		out = append(out, h.raw...)
+		c.held = c.held[1:]
+	}
+	if len(out) > 0 {
+		_, _ = c.Conn.Write(out) // a broken connection: the publisher sends again
+	}
+}
+
+// packetLen is the length of the MQTT packet at the start of p.
+func packetLen(p []byte) (int, bool) {
+	if len(p) < 2 {
+		return 0, false
+	}
+	rem, mul := 0, 1
+	for i := 1; i < len(p) && i <= 4; i++ {
+		rem += int(p[i]&0x7f) * mul
+		if p[i]&0x80 == 0 {
+			n := 1 + i + rem
+			return n, n <= len(p)
+		}
+		mul *= 128
+	}
+	return 0, false
+}
+
+// varintLen is the length of the remaining-length field at the start of p.
+func varintLen(p []byte) int {
+	for i := 0; i < len(p) && i < 4; i++ {
+		if p[i]&0x80 == 0 {
+			return i + 1
+		}
+	}
+	return 4
+}

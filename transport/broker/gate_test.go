@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+// TestAckGate: a QoS 1 message routed to a persistent session is
+// acknowledged to its publisher once the subscriber acknowledged it, and
+// then broker.db is not written; when the subscriber does not acknowledge
+// within the hold, the broker stores the message first, and a restarted
+// broker delivers it.
+func TestAckGate(t *testing.T) {
+	const topic = "openstarry/d/agents/a/tasks"
+	const hold = 300 * time.Millisecond
+	dir := t.TempDir()
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", DataDir: dir, Log: log, AckHold: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	addr := b.Addr().String()
+	db := filepath.Join(dir, DBFile)
+
+	// A subscriber that acknowledges at once: no write at all.
+	got := make(chan string, 16)
+	sub := connect(t, b.URL(), "agent-1", "", "", false, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
+	if sub.err != nil {
+		t.Fatal(sub.err)
+	}
+	if tok := sub.client.Subscribe(topic, 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal("subscribe")
+	}
+	pub := connect(t, b.URL(), "pub", "", "", true, nil)
+	if pub.err != nil {
+		t.Fatal(pub.err)
+	}
+	mqtttest.Publish(t, pub.client, topic, []byte("warm"))
+	<-got
+	before := stat(t, db)
+	for i := range 20 {
+		start := time.Now()
+		mqtttest.Publish(t, pub.client, topic, fmt.Appendf(nil, "m%d", i))
+		if took := time.Since(start); took >= hold {
+			t.Errorf("m%d acknowledged after %s: the subscriber's acknowledgement should have opened the gate", i, took)
+		}
+		if m := <-got; m != fmt.Sprintf("m%d", i) {
+			t.Fatalf("got %q", m)
+		}
+	}
+	if after := stat(t, db); !after.ModTime().Equal(before.ModTime()) || after.Size() != before.Size() {
+		t.Errorf("broker.db written for messages the subscriber took: %v %d → %v %d",
+			before.ModTime(), before.Size(), after.ModTime(), after.Size())
+	}
+
+	// A subscriber that never acknowledges: the PUBACK waits for the hold
+	// and the broker's own copy.
+	sub.client.Disconnect(50)
+	slow := paho.NewClient(paho.NewClientOptions().AddBroker(b.URL()).SetClientID("agent-1").SetCleanSession(false).
+		SetProtocolVersion(4).SetAutoReconnect(false).SetAutoAckDisabled(true).
+		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) }))
+	if tok := slow.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	start := time.Now()
+	mqtttest.Publish(t, pub.client, topic, []byte("kept"))
+	if took := time.Since(start); took < hold {
+		t.Errorf("acknowledged after %s, before the hold (%s): nothing held the message yet", took, hold)
+	}
+	if m := <-got; m != "kept" {
+		t.Fatalf("got %q", m)
+	}
+	if after := stat(t, db); after.ModTime().Equal(before.ModTime()) {
+		t.Error("broker.db not written for a message no subscriber acknowledged")
+	}
+	slow.Disconnect(0)
+	pub.client.Disconnect(50)
+	b.Close()
+
+	b2, err := Start(context.Background(), Config{Listen: addr, DataDir: dir, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Close()
+	again := connect(t, b2.URL(), "agent-1", "", "", false, func(_ paho.Client, m paho.Message) { got <- string(m.Payload()) })
+	if again.err != nil {
+		t.Fatal(again.err)
+	}
+	select {
+	case m := <-got:
+		if m != "kept" {
+			t.Fatalf("after the restart got %q", m)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stored message was not delivered after the restart")
+	}
+}
+
+func stat(t *testing.T, path string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
+// TestGateConnWrite: whole packets pass, a PUBACK whose gate is closed and
+// every PUBACK behind it wait, in order, other packets pass them.
+func TestGateConnWrite(t *testing.T) {
+	r := &recorder{}
+	c := &gateConn{Conn: r, gates: map[uint16]*gate{}}
+	g1 := &gate{id: 1}
+	c.expect(g1)
+	puback := func(id byte) []byte { return []byte{0x40, 2, 0, id} }
+	publish := []byte{0x30, 3, 0, 1, 'x'}
+	in := append(append(append(puback(1), publish...), puback(2)...), 0xd0, 0) // PUBACK 1, PUBLISH, PUBACK 2, PINGRESP
+	if n, err := c.Write(in); n != len(in) || err != nil {
+		t.Fatalf("Write: %d %v", n, err)
+	}
+	if want := append(append([]byte(nil), publish...), 0xd0, 0); string(r.b) != string(want) {
+		t.Fatalf("passed % x, want % x", r.b, want)
+	}
+	g1.open = true
+	c.release()
+	want := append(append(append(append([]byte(nil), publish...), 0xd0, 0), puback(1)...), puback(2)...)
+	if string(r.b) != string(want) {
+		t.Fatalf("after release % x, want % x", r.b, want)
+	}
+	if len(c.gates) != 0 || len(c.held) != 0 {
+		t.Fatalf("left %v %v", c.gates, c.held)
+	}
+}
+
+// recorder is a net.Conn that keeps what is written.
+type recorder struct {
+	net.Conn
+	b []byte
+}
+
+func (r *recorder) Write(p []byte) (int, error) { r.b = append(r.b, p...); return len(p), nil }
+
+// FuzzGateConnWrite: whatever mochi writes, a connection with no gate
+// passes it unchanged, and one whose every PUBACK is held never panics and
+// passes everything once released.
+func FuzzGateConnWrite(f *testing.F) {
+	f.Add([]byte{0x40, 2, 0, 1, 0x30, 3, 0, 1, 'x'})
+	f.Add([]byte{0x40, 0x80})
+	f.Add([]byte{0x40, 0xff, 0xff, 0xff, 0xff, 0x7f})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		r := &recorder{}
+		c := &gateConn{Conn: r, gates: map[uint16]*gate{}}
+		if _, err := c.Write(p); err != nil || string(r.b) != string(p) {
+			t.Fatalf("no gate: wrote % x for % x (%v)", r.b, p, err)
+		}
+		r.b = nil
+		closed := &gate{}
+		held := &gateConn{Conn: r, gates: map[uint16]*gate{}}
+		for _, id := range []uint16{0, 1, 2, 3, 0x100, 0xffff} {
+			held.gates[id] = closed
+		}
+		if _, err := held.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		closed.open = true
+		held.release()
+		if len(r.b) != len(p) {
+			t.Fatalf("after release wrote %d bytes of %d", len(r.b), len(p))
+		}
+	})
+}
