@@ -44,9 +44,10 @@
 // comparing an element is mostly a pointer check). A Save whose list is the
 // cached one with elements dropped from the front and appended at the back
 // (the seqs say how many, and every element the two share compares equal)
-// inserts only the appended elements, deletes only the rows no kept
-// generation needs, and writes the small generation record: its I/O does not
-// grow with the length of the history. Anything else (an element changed in
+// inserts only the appended elements, deletes the rows no kept generation
+// needs (32 at a time once a list is that long, so that most Saves leave the
+// front of the list alone), and writes the small generation record: its I/O
+// does not grow with the length of the history. Anything else (an element changed in
 // place, a list imported or cut, a first Save with no Load before it in this
 // process, a cache made stale by another process, which the stored generation
 // number reveals inside the write transaction) writes the whole list under

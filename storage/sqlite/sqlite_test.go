@@ -202,8 +202,26 @@ func TestSaveWritesOnlyTheChange(t *testing.T) {
 	if after := count(t, s, `SELECT MAX(seq) FROM elements WHERE agent_id = 'slider' AND list = 0`); after != before+20 {
 		t.Fatalf("10 saves of 2 new messages moved the last key from %d to %d, want +20 (a full rewrite happened)", before, after)
 	}
-	if n := count(t, s, `SELECT COUNT(*) FROM elements WHERE agent_id = 'slider'`); n != 102 {
-		t.Fatalf("%d element rows kept, want 102 (window of 100 plus the 2 only the previous generation has)", n)
+	// The window of 100, the 2 only the previous generation has, and
+	// fewer than trimBatch rows no generation needs, deleted in batches.
+	rows := func() int64 { return count(t, s, `SELECT COUNT(*) FROM elements WHERE agent_id = 'slider'`) }
+	if n := rows(); n < 102 || n >= 102+trimBatch {
+		t.Fatalf("%d element rows kept, want 102 (window of 100 plus the 2 only the previous generation has) to %d", n, 102+trimBatch-1)
+	}
+	for i, fell := 0, false; !fell; i++ {
+		if i == trimBatch/2+1 {
+			t.Fatalf("%d saves of 2 messages and the rows no generation needs are still there", i)
+		}
+		was := rows()
+		if err := s.Save(ctx, w.step(2)); err != nil {
+			t.Fatal(err)
+		}
+		before += 2
+		n := rows()
+		if n >= 102+trimBatch {
+			t.Fatalf("%d element rows kept, want fewer than %d", n, 102+trimBatch)
+		}
+		fell = n < was
 	}
 	if n := count(t, s, `SELECT COUNT(*) FROM generations WHERE agent_id = 'slider'`); n != 2 {
 		t.Fatalf("%d generations kept, want 2", n)
