@@ -3,11 +3,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,12 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // BenchmarkBlockBytes measures what one task costs the disk, through the
@@ -104,13 +102,11 @@ func BenchmarkBlockBytes(b *testing.B) {
 // wearProc is a daemon (with its master agent) or a lone `openstarry run`,
 // with the embedded broker, on a data directory on disk.
 type wearProc struct {
-	cmd        *exec.Cmd
-	agentPID   int // the agent's process (cmd's own in run mode)
+	*child
+	agentPID   int // the agent's process (the child's own in run mode)
 	daemonPID  int // 0 in run mode
 	httpURL    string
 	brokerURL  string
-	mu         sync.Mutex
-	log        bytes.Buffer
 	agentTasks string
 	results    string
 }
@@ -143,88 +139,45 @@ func diskDir(tb testing.TB) string {
 func startWearProc(tb testing.TB, daemon bool) *wearProc {
 	tb.Helper()
 	data := diskDir(tb)
-	p := &wearProc{}
+	p := &wearProc{agentTasks: "openstarry/wear/agents/master/tasks", results: "openstarry/wear/agents/master/results"}
+	var cmd *exec.Cmd
 	if daemon {
 		cfg := filepath.Join(data, "openstarry.yaml")
 		body := fmt.Sprintf("data: %s\nhttp:\n  listen: 127.0.0.1:0\nmqtt:\n  broker_listen: 127.0.0.1:0\n  device: wear\n", filepath.Join(data, "d"))
 		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 			tb.Fatal(err)
 		}
-		p.cmd = exec.Command(binPath, "start", "--config", cfg)
+		cmd = exec.Command(binPath, "start", "--config", cfg)
 	} else {
-		p.cmd = exec.Command(binPath, "run", "--agent", "master", "--device", "wear", "--listen", "127.0.0.1:0",
+		cmd = exec.Command(binPath, "run", "--agent", "master", "--device", "wear", "--listen", "127.0.0.1:0",
 			"--broker-listen", "127.0.0.1:0", "--data", filepath.Join(data, "d"))
 	}
-	p.agentTasks = "openstarry/wear/agents/master/tasks"
-	p.results = "openstarry/wear/agents/master/results"
-	p.cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
-	stderr, err := p.cmd.StderrPipe()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p.cmd.Stdout = io.Discard
-	if err := p.cmd.Start(); err != nil {
-		tb.Fatal(err)
-	}
-	done := make(chan struct{})
-	tb.Cleanup(func() {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = p.cmd.Process.Kill()
-			<-done
-		}
-	})
-	ready := make(chan struct{})
-	go func() {
-		defer close(done)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		closed := false
-		for sc.Scan() {
-			line := sc.Text()
-			p.mu.Lock()
-			p.log.WriteString(line + "\n")
-			if m := brokerLineRe.FindStringSubmatch(line); m != nil && p.brokerURL == "" {
-				p.brokerURL = "tcp://" + m[1]
-			}
-			if m := wearMasterRe.FindStringSubmatch(line); m != nil && daemon {
-				p.agentPID, _ = strconv.Atoi(m[1])
-			}
-			if m := wearHTTPRe.FindStringSubmatch(line); m != nil && p.httpURL == "" {
-				p.httpURL = "http://" + m[1]
-			}
-			ok := p.httpURL != "" && p.brokerURL != "" && (!daemon || p.agentPID != 0) &&
-				(daemon && strings.Contains(p.log.String(), "boot complete") ||
-					!daemon && strings.Contains(p.log.String(), "subscribed to "+p.agentTasks))
-			p.mu.Unlock()
-			if ok && !closed {
-				closed = true
-				close(ready)
-			}
-		}
-		_ = p.cmd.Wait()
-	}()
-	select {
-	case <-ready:
-	case <-done:
-		tb.Fatalf("openstarry exited before it was ready:\n%s", p.logs())
-	case <-time.After(30 * time.Second):
-		tb.Fatalf("openstarry not ready in 30s:\n%s", p.logs())
-	}
+	p.child = startChildCmd(tb, cmd)
 	if daemon {
-		p.daemonPID = p.cmd.Process.Pid
+		p.waitLog("boot complete", 30*time.Second)
+		p.daemonPID = cmd.Process.Pid
 	} else {
-		p.agentPID = p.cmd.Process.Pid
+		p.waitLog("subscribed to "+p.agentTasks, 30*time.Second)
+		p.agentPID = cmd.Process.Pid
 	}
+	// The addresses and the master's pid are logged around the marker.
+	wait.Until(tb, 10*time.Second, "the broker, HTTP address and master's pid in the log", func() error {
+		logs := p.logs()
+		if m := brokerLineRe.FindStringSubmatch(logs); m != nil {
+			p.brokerURL = "tcp://" + m[1]
+		}
+		if m := wearHTTPRe.FindStringSubmatch(logs); m != nil {
+			p.httpURL = "http://" + m[1]
+		}
+		if m := wearMasterRe.FindStringSubmatch(logs); m != nil && daemon {
+			p.agentPID, _ = strconv.Atoi(m[1])
+		}
+		if p.brokerURL == "" || p.httpURL == "" || p.agentPID == 0 {
+			return fmt.Errorf("not all logged yet:\n%s", logs)
+		}
+		return nil
+	})
 	return p
-}
-
-func (p *wearProc) logs() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
 }
 
 // writeBytes reads write_bytes of the agent and of the daemon (0 in run

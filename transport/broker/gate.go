@@ -122,7 +122,14 @@ func (a *ackGate) published(cl *mqtt.Client, pk packets.Packet) {
 	}
 	delete(a.routing, cl.ID)
 	g.sealed = true
-	ready := len(g.pending) == 0
+	a.openIfDone(g)
+}
+
+// openIfDone opens g when it is sealed and waits for nothing more, and
+// writes the PUBACKs that can leave. It is called with a.mu held, and
+// releases it.
+func (a *ackGate) openIfDone(g *gate) {
+	ready := g.sealed && !g.open && len(g.pending) == 0
 	if ready {
 		g.open = true
 		g.timer.Stop()
@@ -183,15 +190,7 @@ func (a *ackGate) complete(cl *mqtt.Client, pk packets.Packet) bool {
 	if g, ok := a.waiting[d]; ok {
 		delete(a.waiting, d)
 		delete(g.pending, d)
-		ready := g.sealed && !g.open && len(g.pending) == 0
-		if ready {
-			g.open = true
-			g.timer.Stop()
-		}
-		a.mu.Unlock()
-		if ready {
-			g.conn.release()
-		}
+		a.openIfDone(g)
 		return false
 	}
 	_, ok := a.stored[d]
