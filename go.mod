@@ -56,3 +56,8 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// A copy of v6.0.3 that compiles its meta-schemas on first use instead of at
+// program start, and does not panic on a number big.Rat refuses inside a
+// uniqueItems array: see third_party/jsonschema/OPENSTARRY.md.
+replace github.com/santhosh-tekuri/jsonschema/v6 => ./third_party/jsonschema
