@@ -107,7 +107,6 @@ func manyNames(n int) []any {
 	return out
 }
 
-
 type schemaCase struct {
 	name string
 	data string
