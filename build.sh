@@ -15,7 +15,7 @@
 #   DIST           output directory (dist)
 #   TARGETS        GOOS/GOARCH[/GOARM] list of the standard builds
 #   SMALL_TARGETS  the same for the small (bbolt-only) builds
-#   SMALL_TAGS     build tags of the small builds (nosqlite,noredis,nofile,no_mcp)
+#   SMALL_TAGS     build tags of the small builds (nosqlite,noredis,nofile,no_mcp,nohub)
 #   DEB_ARCHS      Debian architectures to package (amd64 arm64 armhf armel)
 #   RELEASE_KEY    ed25519 private key (PREFIX.key of openstarry templates
 #                  keygen); PREFIX.pub beside it is used to verify
@@ -38,13 +38,14 @@ SMALL_TARGETS=${SMALL_TARGETS-linux/arm64 linux/arm/7 linux/arm/6}
 # The small build leaves out SQLite (the sqlite:// store, the fts:// memory
 # engine and session continuity: about 4 MiB), Redis, the file store, and
 # the MCP client (about 1.5 MiB; MCP servers are programs a small board
-# does not run anyway).
-SMALL_TAGS=${SMALL_TAGS:-nosqlite,noredis,nofile,no_mcp}
+# does not run anyway) and the enrolment hub (the operator's side, which
+# runs beside the fleet's broker; 64 KiB).
+SMALL_TAGS=${SMALL_TAGS:-nosqlite,noredis,nofile,no_mcp,nohub}
 DEB_ARCHS=${DEB_ARCHS-amd64 arm64 armhf armel}
 MAX_MIB=${MAX_MIB:-20}
-# The small Linux builds measure 10.4 MiB (arm64) and 10.7 MiB (armv6,
+# The small Linux builds measure 10.7 MiB (arm64) and 10.9 MiB (armv6,
 # armv7). Windows binaries are larger (the PE format, the service manager):
-# a small Windows build, which the tests run under wine, measures 11.5 MiB.
+# a small Windows build, which the tests run under wine, measures 11.85 MiB.
 SMALL_MAX_MIB=${SMALL_MAX_MIB:-11}
 SMALL_WINDOWS_MAX_MIB=${SMALL_WINDOWS_MAX_MIB:-12}
 NFPM_MODULE=github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
@@ -64,10 +65,17 @@ name() {
 }
 
 # build TARGET OUT [TAGS]
+#
+# 32-bit ARM binaries align their segments to 4 KiB pages (-R 4096) instead
+# of the linker's 64 KiB: 32-bit ARM Linux only has 4 KiB pages, and the
+# padding was 128 KiB of every armv5/6/7 binary. arm64 keeps 64 KiB, since
+# arm64 kernels with 16 KiB pages (the Raspberry Pi 5's) or 64 KiB pages
+# exist.
 build() {
-  local os arch arm
+  local os arch arm ld=$LDFLAGS
   IFS=/ read -r os arch arm <<<"$1"
-  GOOS=$os GOARCH=$arch GOARM=$arm go build -trimpath ${3:+-tags "$3"} -ldflags "$LDFLAGS" -o "$2" ./cmd/openstarry
+  [ "$arch" = arm ] && ld="$ld -R 4096"
+  GOOS=$os GOARCH=$arch GOARM=$arm go build -trimpath ${3:+-tags "$3"} -ldflags "$ld" -o "$2" ./cmd/openstarry
   echo "built $2 ($os/$arch${arm:+ v$arm}${3:+, tags $3})"
 }
 

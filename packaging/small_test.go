@@ -76,10 +76,15 @@ func TestSmallBuildNoSessions(t *testing.T) {
 	out, err := run(t, bin, "version")
 	for _, want := range []string{"stores: bbolt\n", "left out: file (nofile) redis (noredis) rediss (noredis) sqlite (nosqlite)\n",
 		"memory engines: qdrant qdrants; left out: fts (nosqlite)\n", "session continuity: not compiled in (nosqlite)\n",
-		"mcp tools: not compiled in (no_mcp)\n", "brains: echo openai\n"} {
+		"mcp tools: not compiled in (no_mcp)\n", "enrolment hub: not compiled in (nohub)\n", "brains: echo openai\n"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("version: %v, want %q in:\n%s", err, want, out)
 		}
+	}
+
+	hub := exec.Command(bin, "hub", "token", "--state", t.TempDir())
+	if out, err := hub.CombinedOutput(); err == nil || string(out) != "openstarry: the enrolment hub is not compiled into this build (built with -tags nohub); use the standard build, which has it\n" {
+		t.Errorf("openstarry hub token: %v\n%s", err, out)
 	}
 
 	data := t.TempDir()

@@ -61,7 +61,7 @@ func dataDir(t testing.TB) string {
 
 // startDaemon runs `openstarry start --config FILE` and waits for the boot
 // to complete.
-func startDaemon(t *testing.T, cfgPath string) *child {
+func startDaemon(t testing.TB, cfgPath string) *child {
 	t.Helper()
 	c := startChild(t, false, "start", "--config", cfgPath)
 	c.waitLog("boot complete", 30*time.Second)

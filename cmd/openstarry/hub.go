@@ -1,3 +1,5 @@
+//go:build !nohub
+
 package main
 
 import (
@@ -147,3 +149,6 @@ func hubServe(cmd *cobra.Command, f hubFlags) error {
 		return srv.Shutdown(sctx)
 	}
 }
+
+// hubCompiledIn is what version says of the enrolment hub.
+const hubCompiledIn = "yes"

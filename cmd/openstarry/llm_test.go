@@ -11,18 +11,26 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/llm/llmtest"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // modelTemplate writes the shipped local-model template with its base_url
-// pointing at srv, and returns the file.
-func modelTemplate(t *testing.T, srv *llmtest.Server) string {
+// pointing at srv (and the brain's other fields set from brain), and
+// returns the file.
+func modelTemplate(t *testing.T, srv *llmtest.Server, brain ...map[string]any) string {
 	t.Helper()
 	var tmpl map[string]any
 	if err := json.Unmarshal(mustShipped(t, "local-model"), &tmpl); err != nil {
 		t.Fatal(err)
 	}
 	tmpl["brain"].(map[string]any)["base_url"] = srv.BaseURL()
+	for _, b := range brain {
+		for k, v := range b {
+			tmpl["brain"].(map[string]any)[k] = v
+		}
+	}
 	data, _ := json.Marshal(tmpl)
 	file := filepath.Join(t.TempDir(), "local-model.json")
 	if err := os.WriteFile(file, data, 0o600); err != nil {
@@ -113,5 +121,28 @@ func TestModelCrashAfterAnswer(t *testing.T) {
 	reqs := srv.Requests()
 	if last := reqs[len(reqs)-1].Body; last.ToolResults() != 2 || !strings.Contains(string(reqs[len(reqs)-1].Raw), `\"bytes\":9`) {
 		t.Fatalf("the last request = %s", reqs[len(reqs)-1].Raw)
+	}
+}
+
+// A streamed answer's token count reaches the MQTT progress topic while
+// the model answers, and the result follows on the results topic.
+func TestModelTokensOnProgressTopic(t *testing.T) {
+	srv := llmtest.New(t, llmtest.Answer{File: "../../transport/llm/testdata/stream_text.sse", Stream: true})
+	file := modelTemplate(t, srv, map[string]any{"stream": true})
+	data := t.TempDir()
+	c := runAgentMQTT(t, "m1", data, "--template", file, "--broker-listen", "127.0.0.1:0")
+	url := embeddedURL(t, c)
+	col := mqtttest.Collect(t, url, "observer-tokens", true, "openstarry/#")
+	mqtttest.Publish(t, mqttPublisher(t, url), tasksTopic("m1"), mqttTask("s1", "stream please"))
+	progress := "openstarry/" + mqttDevice + "/agents/m1/progress"
+	wait.For(t, 20*time.Second, "the result and a token count on the progress topic", func() bool {
+		tokens := false
+		for _, m := range col.Messages(progress) {
+			tokens = tokens || strings.Contains(string(m.Payload), `"task_id":"s1"`) && strings.Contains(string(m.Payload), `thinking: 3 tokens`)
+		}
+		return tokens && len(mqtttest.Results(t, col, resultsTopic("m1"))["s1"]) > 0
+	})
+	if r := mqtttest.Results(t, col, resultsTopic("m1"))["s1"][0]; r.Status != "done" || string(r.Output) != `"Paris."` {
+		t.Fatalf("result %+v", r)
 	}
 }

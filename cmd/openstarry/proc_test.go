@@ -54,7 +54,7 @@ func TestMain(m *testing.M) {
 
 // child is one running openstarry process whose log is captured.
 type child struct {
-	t    *testing.T
+	t    testing.TB
 	cmd  *exec.Cmd
 	mu   sync.Mutex
 	log  bytes.Buffer
@@ -67,14 +67,14 @@ var listenRe = regexp.MustCompile(`listening on (http://[0-9.:\[\]]+)`)
 
 // startChild runs openstarry with args and waits until its HTTP listener is
 // up (when waitListen) or it exits.
-func startChild(t *testing.T, waitListen bool, args ...string) *child {
+func startChild(t testing.TB, waitListen bool, args ...string) *child {
 	t.Helper()
 	return startChildCmd(t, exec.Command(binPath, args...))
 }
 
 // startChildCmd is startChild for a command of the caller's (a shell that
 // sets the umask first, for example).
-func startChildCmd(t *testing.T, cmd *exec.Cmd) *child {
+func startChildCmd(t testing.TB, cmd *exec.Cmd) *child {
 	t.Helper()
 	c := &child{t: t, addr: make(chan string, 1), done: make(chan struct{})}
 	c.cmd = cmd
@@ -259,7 +259,16 @@ func countLines(t *testing.T, path string) map[string]int {
 // runCLI runs the built binary and returns its combined output and exit code.
 func runCLI(t *testing.T, args ...string) (string, int) {
 	t.Helper()
+	return runCLIEnv(t, nil, args...)
+}
+
+// runCLIEnv is runCLI with more environment variables.
+func runCLIEnv(t *testing.T, env []string, args ...string) (string, int) {
+	t.Helper()
 	cmd := exec.Command(binPath, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	out, err := cmd.CombinedOutput()
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {

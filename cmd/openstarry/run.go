@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/plugin"
@@ -118,12 +119,23 @@ func runAgent(ctx context.Context, f runFlags) error {
 			return api
 		},
 		DaemonChild: f.daemonChild,
+		Decider:     unknownDecider(f.daemonChild),
 		BeforeSave:  f.hooks.beforeSave,
 		AfterSave:   f.hooks.afterSave,
 		Version:     version,
 		Log:         log,
 	})
 	return lockedExit(mqttHint(err))
+}
+
+// unknownDecider is how an agent puts an unknown outcome before an operator:
+// through the daemon's session continuity for the daemon's agents, nobody
+// for `openstarry run`.
+func unknownDecider(daemonChild bool) agent.Decider {
+	if !daemonChild {
+		return nil
+	}
+	return agenttool.Decider{}
 }
 
 func loopbackAddr(addr string) bool {

@@ -81,44 +81,59 @@ func submitWait(b *testing.B, clients int) float64 {
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
 	defer client.CloseIdleConnections()
 
-	post := func(id string) error {
-		resp, err := client.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
-		if err != nil {
-			return err
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil {
-			return err
-		}
-		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"done"`) {
-			return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
-		}
-		return nil
-	}
+	post := func(id string) error { return postWait(client, url, id) }
 	for i := range clients { // one connection per client, open before the clock starts
 		if err := post(fmt.Sprintf("warm-%d", i)); err != nil {
 			b.Fatal(err)
 		}
 	}
 	saves.Store(0)
+	b.ResetTimer()
+	el := runClients(b, clients, b.N, func(_ int, i int64) error { return post(fmt.Sprintf("t%d", i)) })
+	rate := float64(b.N) / el.Seconds()
+	b.ReportMetric(rate, "tasks/s")
+	b.ReportMetric(float64(saves.Load())/float64(b.N), "saves/task")
+	return rate
+}
+
+// postWait posts an echo task to url (a tasks route with ?wait=) and
+// checks that the answer is its final state, done.
+func postWait(c *http.Client, url, id string) error {
+	resp, err := c.Post(url, "application/json", strings.NewReader(`{"task_id":"`+id+`","input":"payload"}`))
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"status":"done"`) {
+		return fmt.Errorf("task %s: %d %s", id, resp.StatusCode, body)
+	}
+	return nil
+}
+
+// runClients sends n tasks from clients goroutines, each taking the next
+// task number once its last task is done, and returns how long they took;
+// the timer is stopped at the end, and b fails on the first error.
+func runClients(b *testing.B, clients, n int, send func(client int, i int64) error) time.Duration {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
 		errs = make(chan error, clients)
 	)
-	b.ResetTimer()
 	start := time.Now()
-	for range clients {
+	for c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(b.N) {
+				if i >= int64(n) {
 					return
 				}
-				if err := post(fmt.Sprintf("t%d", i)); err != nil {
+				if err := send(c, i); err != nil {
 					errs <- err
 					return
 				}
@@ -132,8 +147,5 @@ func submitWait(b *testing.B, clients int) float64 {
 	if err := <-errs; err != nil {
 		b.Fatal(err)
 	}
-	rate := float64(b.N) / el.Seconds()
-	b.ReportMetric(rate, "tasks/s")
-	b.ReportMetric(float64(saves.Load())/float64(b.N), "saves/task")
-	return rate
+	return el
 }

@@ -112,21 +112,6 @@ func readJournal(t *testing.T, data string) *update.Journal {
 	return j
 }
 
-// runCLIEnv is runCLI with more environment variables.
-func runCLIEnv(t *testing.T, env []string, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(binPath, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), code
-}
-
 // TestUpdateCLI: `openstarry update --from FILE` refuses a binary signed by
 // another key and one that declares a snapshot schema this version cannot
 // load; it installs a good one into the running daemon, which restarts on

@@ -116,6 +116,7 @@ func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "memory engines: %s\n", line)
 	fmt.Fprintf(w, "session continuity: %s\n", sessionsCompiledIn)
 	fmt.Fprintf(w, "mcp tools: %s\n", mcpCompiledIn)
+	fmt.Fprintf(w, "enrolment hub: %s\n", hubCompiledIn)
 	fmt.Fprintf(w, "brains: %s\n", strings.Join(brain.Providers(), " "))
 }
 

@@ -47,7 +47,13 @@ type Turn struct {
 	History      []Message // the window before this task; do not modify
 	// Memory is the summary of the messages that left the window
 	// (working_variables.history_summary), empty when none did.
-	Memory  string
+	Memory string
+	// Resume is session continuity's resume context, when the task belongs
+	// to a session that resumed an interrupted one and this agent was
+	// handed its context: what was done, what failed, the approaches
+	// verified and failed, the task in progress when it stopped. It is
+	// text for a model, at most about 8 KiB; empty otherwise.
+	Resume  string
 	Task    Task
 	Step    int          // 0 for the first call of this task
 	Results []ToolResult // results of every call made so far for this task

@@ -99,10 +99,19 @@ type Config struct {
 	RecentIDs int
 
 	// UnknownOutcome says what becomes of a task whose non-idempotent
-	// tool was interrupted by a crash: UnknownEndTask (default) or
-	// UnknownApproval end it as unknown_outcome; UnknownAskModel hands the
-	// brain a tool result saying the outcome is unknown and lets it decide.
+	// tool was interrupted by a crash: UnknownEndTask (default) ends it as
+	// unknown_outcome; UnknownAskModel hands the brain a tool result
+	// saying the outcome is unknown and lets it decide; UnknownApproval
+	// puts it before an operator through Decider when the task belongs to
+	// a project's session (and ends it unknown_outcome, saying why, when
+	// it does not or there is no Decider).
 	UnknownOutcome string
+	// Decider raises and reads the approvals of UnknownApproval; nil:
+	// there is nobody to ask.
+	Decider Decider
+	// DecisionPoll is how often a task waiting for an operator's decision
+	// asks for it; default 1s.
+	DecisionPoll time.Duration
 	// RetryMin and RetryMax bound the wait between attempts while the
 	// model server is unreachable; defaults 1s and 1m. The wait doubles
 	// from RetryMin, with jitter.
@@ -164,6 +173,9 @@ func (c *Config) setDefaults() {
 	if c.RetryMin <= 0 {
 		c.RetryMin = time.Second
 	}
+	if c.DecisionPoll <= 0 {
+		c.DecisionPoll = time.Second
+	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = max(time.Minute, c.RetryMin)
 	}
@@ -173,7 +185,7 @@ func (c *Config) setDefaults() {
 const (
 	UnknownEndTask  = "end_task"  // the task ends unknown_outcome
 	UnknownAskModel = "ask_model" // the brain sees "outcome unknown" as the tool's result
-	UnknownApproval = "approval"  // an operator decides; the task ends unknown_outcome
+	UnknownApproval = "approval"  // an operator decides (tasks of a session); else the task ends unknown_outcome
 )
 
 // Runtime runs one agent: one goroutine owns the snapshot and performs every
@@ -377,7 +389,11 @@ func (r *Runtime) hydrate(ctx context.Context) error {
 			// The task stays queued and resumes with the brain.
 			r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).
 				Msg("interrupted non-idempotent tool: the model is told its outcome is unknown")
-		case r.st.resolvePending(r.nowMs()):
+		case r.cfg.UnknownOutcome == UnknownApproval && r.cfg.Decider != nil && r.st.pendingInSession() && r.st.pendingToApproval():
+			// The task stays queued; its tick raises the approval.
+			r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).
+				Msg("interrupted non-idempotent tool: an operator is asked to decide (approval)")
+		case r.st.resolvePending(r.nowMs(), r.noApprovalReason()):
 			r.log.Warn().Str("task", p.TaskID).Str("tool", p.Tool).Msg("interrupted non-idempotent tool: task ends unknown_outcome")
 		default:
 			r.log.Warn().Str("event", p.EventID).Msg("pending action names no queued event; dropping it")
@@ -397,6 +413,22 @@ func (r *Runtime) hydrate(ctx context.Context) error {
 	}
 	r.mu.Unlock()
 	return r.commit(ctx)
+}
+
+// noApprovalReason says why a task whose template chose an operator's
+// approval for an unknown outcome ends unknown_outcome instead; "" for the
+// other choices. The caller is hydrate, with a pending action.
+func (r *Runtime) noApprovalReason() string {
+	if r.cfg.UnknownOutcome != UnknownApproval {
+		return ""
+	}
+	switch {
+	case !r.st.pendingInSession():
+		return "unknown_outcome is approval, but the task belongs to no project session, so no approval can be raised: the result is for the operator"
+	case r.cfg.Decider == nil:
+		return "unknown_outcome is approval, but this agent runs without a daemon's session continuity to raise an approval in"
+	}
+	return "unknown_outcome is approval, but the task's progress was not saved with the call"
 }
 
 // Submit queues an event and returns once it is durable (or was a
@@ -890,6 +922,17 @@ func (r *Runtime) maybeStartTick() {
 	h := s.Memory.ShortTermHistory
 	in := tickInput{ev: ev, history: h[:len(h):len(h)], histBytes: r.st.histBytes}
 	in.memory, _ = s.Memory.WorkingVariables["history_summary"].(string)
+	if _, ok := s.Memory.WorkingVariables["resume_session_id"]; ok && ev.Type == "task" {
+		// Rendered here, where the variables are owned; only tasks of
+		// the resumed session pay for it.
+		var t struct {
+			ProjectID string `json:"project_id"`
+			SessionID string `json:"session_id"`
+		}
+		if json.Unmarshal(ev.Payload, &t) == nil {
+			in.resume = resumeFor(&Task{ProjectID: t.ProjectID, SessionID: t.SessionID}, s.Memory.WorkingVariables)
+		}
+	}
 	if s.Turn != nil && s.Turn.EventID == ev.ID {
 		in.turn = s.Turn.Clone()
 	}

@@ -7,8 +7,9 @@ import (
 
 // TaskTypeSessionResume is the type of the task that hands a resumed
 // session's context to an agent: the kernel keeps its input in
-// working_variables as resume_context (a model brain reads it there) and
-// answers done without asking the brain.
+// working_variables as resume_context (and the session's id as
+// resume_session_id) and answers done without asking the brain; the brain
+// is given it (Turn.Resume) with every later task of that session.
 const TaskTypeSessionResume = "session_resume"
 
 // Session ids as session continuity makes them; a task naming others is
@@ -48,7 +49,7 @@ func sessionTask(out *outcome, t *Task) bool {
 	if err := json.Unmarshal(t.Input, &ctx); err != nil {
 		ctx = string(t.Input)
 	}
-	out.vars = map[string]any{"resume_context": ctx}
+	out.vars = map[string]any{"resume_context": ctx, "resume_session_id": t.SessionID}
 	out.result.Status = ResultDone
 	out.result.Output = json.RawMessage(`{"stored":"working_variables.resume_context"}`)
 	out.messages = append(out.messages, Message{Role: "assistant", Content: "resume context stored", TaskID: t.TaskID})
@@ -68,4 +69,38 @@ func applySession(s *Snapshot, out *outcome) {
 	for k, v := range out.vars {
 		vars[k] = v
 	}
+}
+
+// maxResume bounds the resume context a brain is given (Turn.Resume).
+const maxResume = 8 << 10
+
+// resumeHeader introduces the resume context to a model.
+const resumeHeader = "This task belongs to a session that resumes an interrupted one (session continuity). " +
+	"The resume context below says why it stopped, where it stood, the task in progress, the approaches verified, " +
+	"failed (do not repeat them) and next to try, the remaining tasks and the operators' decisions:\n"
+
+// resumeFor is the Turn.Resume of a task: the resume context kept in
+// working variables when the task belongs to the session it was handed
+// for, as compact JSON after a header, clipped to maxResume; "" otherwise.
+// vars are read, not kept.
+func resumeFor(t *Task, vars map[string]any) string {
+	if !inSession(t) {
+		return ""
+	}
+	if sid, _ := vars["resume_session_id"].(string); sid != t.SessionID {
+		return ""
+	}
+	rc, ok := vars["resume_context"]
+	if !ok || rc == nil {
+		return ""
+	}
+	text, isText := rc.(string)
+	if !isText {
+		raw, err := json.Marshal(rc)
+		if err != nil {
+			return ""
+		}
+		text = string(raw)
+	}
+	return clipN(resumeHeader+text, maxResume)
 }

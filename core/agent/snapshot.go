@@ -142,6 +142,21 @@ type TurnLog struct {
 	TaskID  string     `json:"task_id,omitempty"`
 	Steps   []TurnStep `json:"steps"`
 	Usage   Usage      `json:"usage,omitempty"` // tokens spent on this task so far
+	// Awaiting, when set, is the call of the last step whose outcome a
+	// crash left unknown and that waits for an operator's decision
+	// (unknown_outcome "approval"); the task goes on only once it is
+	// decided.
+	Awaiting *AwaitingDecision `json:"awaiting_decision,omitempty"`
+}
+
+// AwaitingDecision is an interrupted non-idempotent call put before an
+// operator: its tool and arguments, and the approval raised for it once
+// session continuity has recorded one (0 until then).
+type AwaitingDecision struct {
+	CallID     string          `json:"call_id,omitempty"`
+	Tool       string          `json:"tool"`
+	Args       json.RawMessage `json:"args,omitempty"`
+	ApprovalID int64           `json:"approval_id,omitempty"`
 }
 
 // TurnStep is one brain reply that called tools, and the results of those
@@ -160,6 +175,10 @@ func (l *TurnLog) Clone() *TurnLog {
 	c.Steps = make([]TurnStep, len(l.Steps))
 	for i, st := range l.Steps {
 		c.Steps[i] = TurnStep{Calls: append([]Call(nil), st.Calls...), Results: append([]ToolResult(nil), st.Results...)}
+	}
+	if l.Awaiting != nil {
+		a := *l.Awaiting
+		c.Awaiting = &a
 	}
 	return &c
 }

@@ -198,10 +198,10 @@ func (st *state) intend(turn *TurnLog, action *PendingAction) {
 }
 
 // resolvePending turns the task whose non-idempotent tool was interrupted
-// into an unknown_outcome result; the tool is never run again. It returns
-// false, and only drops the pending action, when the action names no
-// queued event.
-func (st *state) resolvePending(nowMs int64) bool {
+// into an unknown_outcome result; the tool is never run again. why, when not
+// empty, is added to the result's error. It returns false, and only drops
+// the pending action, when the action names no queued event.
+func (st *state) resolvePending(nowMs int64, why string) bool {
 	s := st.snap
 	p := s.PendingAction
 	s.PendingAction = nil
@@ -214,12 +214,34 @@ func (st *state) resolvePending(nowMs int64) bool {
 		"unknown":   map[string]any{"tool": p.Tool, "args": p.Args, "step": p.Step},
 	})
 	msg := fmt.Sprintf("the process stopped while %s was running; it may or may not have taken effect, and it is not run again", p.Tool)
+	if why != "" {
+		msg += " (" + why + ")"
+	}
 	st.finish(&outcome{
 		ev:       ev,
 		result:   Result{TaskID: p.TaskID, Status: ResultUnknownOutcome, Output: out, Error: msg, Source: ev.Source},
 		messages: []Message{{Role: "assistant", Content: "unknown outcome: " + msg, TaskID: p.TaskID}},
 	}, nowMs)
 	return true
+}
+
+// pendingCall finds the interrupted non-idempotent call in the saved
+// progress of its task: the last step, and the index of the call, which has
+// no result yet. ok is false when there is no saved progress holding it.
+func (st *state) pendingCall() (step *TurnStep, i int, ok bool) {
+	s := st.snap
+	p := s.PendingAction
+	l := s.Turn
+	if l == nil || l.EventID != p.EventID || len(l.Steps) == 0 ||
+		len(s.EventQueueBackup) == 0 || s.EventQueueBackup[0].ID != p.EventID {
+		return nil, 0, false
+	}
+	step = &l.Steps[len(l.Steps)-1]
+	i = len(step.Results)
+	if i >= len(step.Calls) || step.Calls[i].Tool != p.Tool {
+		return nil, 0, false
+	}
+	return step, i, true
 }
 
 // pendingToResult turns an interrupted non-idempotent call into a tool
@@ -230,26 +252,46 @@ func (st *state) resolvePending(nowMs int64) bool {
 func (st *state) pendingToResult() bool {
 	s := st.snap
 	p := s.PendingAction
-	l := s.Turn
-	if l == nil || l.EventID != p.EventID || len(l.Steps) == 0 ||
-		len(s.EventQueueBackup) == 0 || s.EventQueueBackup[0].ID != p.EventID {
-		return false
-	}
-	step := &l.Steps[len(l.Steps)-1]
-	i := len(step.Results)
-	if i >= len(step.Calls) || step.Calls[i].Tool != p.Tool {
+	step, i, ok := st.pendingCall()
+	if !ok {
 		return false
 	}
 	s.PendingAction = nil
 	step.Results = append(step.Results, ToolResult{CallID: step.Calls[i].ID, Tool: p.Tool,
 		Error: UnknownOutcomeMessage(p.Tool)})
-	for _, c := range step.Calls[i+1:] {
-		step.Results = append(step.Results, ToolResult{CallID: c.ID, Tool: c.Tool,
-			Error: "not run: an earlier call of the same reply has an unknown outcome"})
-	}
+	notRun(step)
 	vars := s.Memory.WorkingVariables
 	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
 	return true
+}
+
+// pendingToApproval puts an interrupted non-idempotent call before an
+// operator: it waits in the saved progress of its task (Turn.Awaiting),
+// still without a result, and the task stays first in the queue; its next
+// tick raises the approval and goes on once it is decided. It returns
+// false, changing nothing, when there is no saved progress to put it in.
+func (st *state) pendingToApproval() bool {
+	s := st.snap
+	p := s.PendingAction
+	step, i, ok := st.pendingCall()
+	if !ok {
+		return false
+	}
+	s.PendingAction = nil
+	s.Turn.Awaiting = &AwaitingDecision{CallID: step.Calls[i].ID, Tool: p.Tool, Args: p.Args}
+	vars := s.Memory.WorkingVariables
+	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
+	return true
+}
+
+// notRun gives every call of step after the first without a result (the
+// one whose outcome is unknown, which has just been given one) a result
+// saying it was not run.
+func notRun(step *TurnStep) {
+	for _, c := range step.Calls[len(step.Results):] {
+		step.Results = append(step.Results, ToolResult{CallID: c.ID, Tool: c.Tool,
+			Error: "not run: an earlier call of the same reply has an unknown outcome"})
+	}
 }
 
 // UnknownOutcomeMessage is the tool result the brain sees for a call of tool

@@ -298,7 +298,7 @@ func TestStateRecovery(t *testing.T) {
 			if tc.toModel {
 				ok = st.pendingToResult()
 			} else {
-				ok = st.resolvePending(5)
+				ok = st.resolvePending(5, "")
 			}
 			if ok != tc.wantOK {
 				t.Fatalf("ok = %v, want %v", ok, tc.wantOK)

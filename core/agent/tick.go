@@ -24,6 +24,7 @@ type tickInput struct {
 	history   []Message
 	histBytes int      // bytes of history's contents
 	memory    string   // working_variables.history_summary
+	resume    string   // the resume context of the task's session (Turn.Resume), or ""
 	turn      *TurnLog // nil, or this event's saved progress (a copy)
 }
 
@@ -101,6 +102,26 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	for _, st := range log.Steps {
 		results = append(results, st.Results...)
 	}
+	// A call whose outcome a crash left unknown, put before an operator:
+	// the task goes on only with the decision.
+	if log.Awaiting != nil && len(log.Steps) > 0 {
+		status, msg, aborted := r.decide(ev, &task, log, deadline)
+		switch {
+		case aborted:
+			out.aborted = true
+			return out
+		case status == ResultFailed:
+			return fail(msg)
+		case status != "":
+			out.result.Status = status
+			out.result.Error = msg
+			return end(Message{Role: "assistant", Content: clip("unknown outcome: " + msg)})
+		}
+		results = results[:0]
+		for _, st := range log.Steps {
+			results = append(results, st.Results...)
+		}
+	}
 	// A reply saved by an earlier process whose calls did not all run:
 	// run the rest without asking the brain again.
 	if n := len(log.Steps); n > 0 && len(log.Steps[n-1].Results) < len(log.Steps[n-1].Calls) {
@@ -110,7 +131,7 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 		}
 	}
 	turn := Turn{AgentID: r.cfg.AgentID, SystemPrompt: r.cfg.SystemPrompt, History: in.history,
-		Memory: in.memory, Task: task, Tools: r.toolSpecs()}
+		Memory: in.memory, Resume: in.resume, Task: task, Tools: r.toolSpecs()}
 	for step := len(log.Steps); step < r.cfg.MaxSteps; step++ {
 		turn.Step = step
 		turn.Results = results

@@ -3,6 +3,8 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -53,6 +55,12 @@ func modelCalls() []agent.Call {
 // process died right after that save.
 func crashAt(t *testing.T, e *env, pick func(*agent.Snapshot) bool) *agent.Snapshot {
 	t.Helper()
+	return crashAtTask(t, e, &agent.Task{TaskID: "t1", Input: json.RawMessage(`"do it"`)}, pick)
+}
+
+// crashAtTask is crashAt for a task of the caller's.
+func crashAtTask(t *testing.T, e *env, task *agent.Task, pick func(*agent.Snapshot) bool) *agent.Snapshot {
+	t.Helper()
 	var crashed *agent.Snapshot
 	e.cfg.AfterSave = func(s *agent.Snapshot) {
 		if crashed == nil && pick(s) {
@@ -60,8 +68,14 @@ func crashAt(t *testing.T, e *env, pick func(*agent.Snapshot) bool) *agent.Snaps
 		}
 	}
 	rt := e.start()
-	submit(t, rt, "t1", "do it")
-	waitTask(t, rt, "t1")
+	ev, err := agent.TaskEvent(task, "test", time.Now().UnixMilli())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := rt.Submit(context.Background(), ev); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	waitTask(t, rt, task.TaskID)
 	if err := rt.Stop(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +180,11 @@ func TestUnknownOutcomeEndsTask(t *testing.T) {
 			if st.Status != agent.ResultUnknownOutcome || len(b2.steps()) != 0 {
 				t.Fatalf("state = %+v, brain asked at %v", st, b2.steps())
 			}
+			// approval: the task belongs to no session, so nobody is asked,
+			// and the error says so.
+			if noSession := strings.Contains(st.Error, "belongs to no project session"); noSession != (mode == agent.UnknownApproval) {
+				t.Fatalf("mode %q: error %q", mode, st.Error)
+			}
 		})
 	}
 }
@@ -224,4 +243,140 @@ type brainFunc func(ctx context.Context, turn agent.Turn) (agent.Reply, error)
 
 func (f brainFunc) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
 	return f(ctx, turn)
+}
+
+// decider is an operator in memory: it records the approvals asked and
+// answers what decide set.
+type decider struct {
+	mu       sync.Mutex
+	asked    []agent.UnknownOutcome
+	decision agent.Decision
+	reads    int
+	refuse   error // Ask's error
+}
+
+func (d *decider) Ask(ctx context.Context, q agent.UnknownOutcome) (int64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.asked = append(d.asked, q)
+	if d.refuse != nil {
+		return 0, d.refuse
+	}
+	return 7, nil
+}
+
+func (d *decider) Decision(ctx context.Context, id int64) (agent.Decision, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reads++
+	if id != 7 {
+		return agent.Decision{}, errors.New("no such approval")
+	}
+	if d.decision.Status == "" {
+		return agent.Decision{Status: agent.DecisionPending}, nil
+	}
+	return d.decision, nil
+}
+
+func (d *decider) decide(status, feedback string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.decision = agent.Decision{Status: status, Feedback: feedback, DecidedBy: "ops"}
+}
+
+func (d *decider) counts() (asked, reads int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.asked), d.reads
+}
+
+// With unknown_outcome approval, a crash while a non-idempotent tool of a
+// session's task runs puts it before an operator: the task waits (running)
+// for the decision, across a restart without asking again; approved, the
+// brain sees the decision as the tool's result and answers; rejected, the
+// task fails with the operator's words. The tool never runs again.
+func TestUnknownOutcomeApproval(t *testing.T) {
+	for _, decision := range []string{agent.DecisionApproved, agent.DecisionRejected} {
+		t.Run(decision, func(t *testing.T) {
+			e := newEnv(t)
+			e.cfg.UnknownOutcome = agent.UnknownApproval
+			e.cfg.DecisionPoll = 5 * time.Millisecond
+			d := &decider{}
+			e.cfg.Decider = d
+			e.cfg.Brain = &modelBrain{calls: modelCalls()}
+			task := &agent.Task{TaskID: "t1", Input: json.RawMessage(`"do it"`),
+				ProjectID: "proj_20260101_abc123", SessionID: "sess_20260101120000_abc123"}
+			crashAtTask(t, e, task, func(s *agent.Snapshot) bool { return s.PendingAction != nil })
+
+			b2 := &modelBrain{calls: modelCalls()}
+			e.cfg.Brain = b2
+			rt := e.start()
+			wait.For(t, 10*time.Second, "the approval asked and read", func() bool {
+				asked, reads := d.counts()
+				return asked == 1 && reads > 0
+			})
+			if st, _, _ := rt.TaskState(context.Background(), "t1"); st.Status != agent.TaskRunning {
+				t.Fatalf("while waiting: %+v", st)
+			}
+			if q := d.asked[0]; q.Tool != "file_append" || q.TaskID != "t1" || q.SessionID != task.SessionID || !strings.Contains(string(q.Args), "once") {
+				t.Fatalf("asked %+v", q)
+			}
+			// A stop while waiting keeps the approval's id: the next
+			// process reads the decision without asking again.
+			if err := rt.Stop(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if s := e.store.stored(t, "a1"); s.Turn == nil || s.Turn.Awaiting == nil || s.Turn.Awaiting.ApprovalID != 7 || len(s.EventQueueBackup) != 1 {
+				t.Fatalf("stopped while waiting: turn %+v queue %d", s.Turn, len(s.EventQueueBackup))
+			}
+			d.decide(decision, "checked: the line is there")
+			rt = e.start()
+			st := waitTask(t, rt, "t1")
+			if asked, _ := d.counts(); asked != 1 {
+				t.Fatalf("the approval was asked %d times", asked)
+			}
+			if decision == agent.DecisionRejected {
+				if st.Status != agent.ResultFailed || !strings.Contains(st.Error, "rejected") || !strings.Contains(st.Error, "checked: the line is there") || len(b2.steps()) != 0 {
+					t.Fatalf("rejected: %+v, brain asked at %v", st, b2.steps())
+				}
+			} else {
+				if st.Status != agent.ResultDone || len(b2.steps()) != 1 {
+					t.Fatalf("approved: %+v, brain asked at %v", st, b2.steps())
+				}
+				seen := b2.seen[0]
+				if len(seen) != 2 || seen[1].CallID != "c2" || seen[1].Error != "" ||
+					!strings.Contains(string(seen[1].Output), `"operator_decision":"approved"`) ||
+					!strings.Contains(string(seen[1].Output), "checked: the line is there") {
+					t.Fatalf("results the brain saw = %+v", seen)
+				}
+			}
+			if data, _ := os.ReadFile(filepath.Join(e.dir, "log.txt")); string(data) != "once\n" {
+				t.Fatalf("log.txt = %q: the tool ran again", data)
+			}
+		})
+	}
+}
+
+// When session continuity refuses the approval for good (its project is
+// not known), the task ends unknown_outcome with the reason instead of
+// waiting, and the agent goes on with its next task.
+func TestUnknownOutcomeApprovalRefused(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.UnknownOutcome = agent.UnknownApproval
+	d := &decider{refuse: fmt.Errorf("%w: task task_p1_a_001 of project proj_20260101_abc123: not found", agent.ErrNoApproval)}
+	e.cfg.Decider = d
+	e.cfg.Brain = &modelBrain{calls: modelCalls()}
+	task := &agent.Task{TaskID: "t1", Input: json.RawMessage(`"do it"`),
+		ProjectID: "proj_20260101_abc123", SessionID: "sess_20260101120000_abc123"}
+	crashAtTask(t, e, task, func(s *agent.Snapshot) bool { return s.PendingAction != nil })
+	e.cfg.Brain = &modelBrain{calls: modelCalls()}
+	rt := e.start()
+	st := waitTask(t, rt, "t1")
+	if st.Status != agent.ResultUnknownOutcome || !strings.Contains(st.Error, "not found") || !strings.Contains(st.Error, "file_append") {
+		t.Fatalf("state = %+v", st)
+	}
+	submit(t, rt, "t2", "next")
+	if st := waitTask(t, rt, "t2"); st.Status != agent.ResultDone {
+		t.Fatalf("the next task: %+v", st)
+	}
 }

@@ -169,7 +169,7 @@ func newDaemon(o Options) (*Daemon, error) {
 	cfg.Data = data
 	d := &Daemon{o: o, cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"),
 		now: o.Now, rand: o.Rand, members: map[string]*member{}, recover: map[string]bool{},
-		httpc:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}},
+		httpc:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}},
 		events: make(chan control.AgentInfo, 256)}
 	if d.now == nil {
 		d.now = time.Now

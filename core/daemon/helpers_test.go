@@ -98,12 +98,25 @@ type fakeAgents struct {
 	tasks map[string]map[string]agent.Task // agent → task id → task
 	order map[string][]string
 	fail  map[string]bool // agent → its tasks fail
+
+	// gate, when set, is called at the start of every POST of a task,
+	// outside mu; remotes counts the connections those came on.
+	gate    func()
+	remotes map[string]bool
 }
 
 func newFakeAgents(t *testing.T) *fakeAgents {
-	f := &fakeAgents{tasks: map[string]map[string]agent.Task{}, order: map[string][]string{}, fail: map[string]bool{}}
+	f := &fakeAgents{tasks: map[string]map[string]agent.Task{}, order: map[string][]string{}, fail: map[string]bool{},
+		remotes: map[string]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /agents/{id}/tasks", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		gate := f.gate
+		f.remotes[r.RemoteAddr] = true
+		f.mu.Unlock()
+		if gate != nil {
+			gate()
+		}
 		id := r.PathValue("id")
 		var task agent.Task
 		if err := json.NewDecoder(r.Body).Decode(&task); err != nil || task.TaskID == "" {

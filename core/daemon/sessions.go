@@ -207,7 +207,8 @@ func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
 }
 
 // Tool requests of agents (approval_request, approach_record, task_update)
-// through the control API.
+// through the control API, and the approvals of unknown outcomes an agent
+// raises after a crash (unknown_outcome) and reads (decision).
 func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 	if d.sess == nil {
 		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: "sessions are not open"})
@@ -231,6 +232,26 @@ func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 				req.LeaderID = d.cfg.Master.Agent
 			}
 			out, err = d.sess.RequestApproval(r.Context(), &req)
+		}
+	case "unknown_outcome":
+		var req session.UnknownOutcomeRequest
+		if err = session.DecodeToolRequest(data, &req); err == nil {
+			if caller != "" {
+				req.LeaderID = caller
+			}
+			if req.LeaderID == "" {
+				req.LeaderID = d.cfg.Master.Agent
+			}
+			out, err = d.sess.RequestUnknownOutcome(r.Context(), &req)
+		}
+	case "decision":
+		var req struct {
+			ApprovalID int64 `json:"approval_id"`
+		}
+		if err = json.Unmarshal(data, &req); err != nil || req.ApprovalID <= 0 {
+			err = fmt.Errorf("%w: want {\"approval_id\": a positive integer}", session.ErrBadRequest)
+		} else {
+			out, err = d.sess.Store().Approval(r.Context(), req.ApprovalID)
 		}
 	case "approach":
 		var req session.ApproachRecord

@@ -50,6 +50,10 @@ type Agent struct {
 	// RetryMin and RetryMax bound the wait while the model server is
 	// unreachable (agent.Config); zero means the kernel's defaults.
 	RetryMin, RetryMax time.Duration
+	// Decider puts the unknown outcome of an interrupted tool of a
+	// session's task before an operator (unknown_outcome "approval"); nil
+	// when no daemon runs the agent.
+	Decider agent.Decider
 }
 
 // ToolSource opens the tools of one MCP server for one agent; the closer
@@ -198,6 +202,7 @@ func kernelConfig(a Agent, b agent.Brain, tools []tool.Tool, services map[string
 		AfterSave:  a.AfterSave,
 
 		UnknownOutcome: t.UnknownOutcomeOrDefault(),
+		Decider:        a.Decider,
 		RetryMin:       a.RetryMin,
 		RetryMax:       a.RetryMax,
 	}

@@ -44,8 +44,11 @@ type Options struct {
 	// BeforeSave and AfterSave are called around every Save (the
 	// daemon's agents measure the save latency with them).
 	BeforeSave, AfterSave func(*agent.Snapshot)
-	Version               string
-	Log                   zerolog.Logger
+	// Decider reaches session continuity's approvals (the daemon's
+	// agents); nil without a daemon.
+	Decider agent.Decider
+	Version string
+	Log     zerolog.Logger
 }
 
 // OpenStore opens the store named by url, or the default bbolt store under
@@ -106,7 +109,7 @@ func Run(ctx context.Context, o Options) error {
 	log.Info().Str("agent", o.AgentID).Str("template", res.Template.Name).Str("template_version", res.Template.Version).
 		Str("store", storeURL).Str("data", cfg.Data).Str("version", o.Version).Msg("starting agent")
 	a := Agent{ID: o.AgentID, Template: res.Template, Vars: res.Vars(), Store: st, DataDir: cfg.Data, Log: log,
-		BeforeSave: o.BeforeSave, AfterSave: o.AfterSave}
+		BeforeSave: o.BeforeSave, AfterSave: o.AfterSave, Decider: o.Decider}
 	if tr != nil {
 		a.Outbox, a.OnProgress = tr, tr.Progress
 	}

@@ -204,6 +204,18 @@ type ApprovalRequest struct {
 	Artifacts          json.RawMessage `json:"artifacts"`
 }
 
+// UnknownOutcomeRequest is what an agent sends when a crash left the
+// outcome of a non-idempotent tool of its task unknown and its template
+// puts that before an operator.
+type UnknownOutcomeRequest struct {
+	ProjectID string          `json:"project_id"`
+	SessionID string          `json:"session_id"`
+	TaskID    string          `json:"task_id"` // the agent task id
+	LeaderID  string          `json:"leader_id"`
+	Tool      string          `json:"tool"`
+	Args      json.RawMessage `json:"args,omitempty"`
+}
+
 // ApproachRecord is what the approach_record tool sends.
 type ApproachRecord struct {
 	ProjectID string   `json:"project_id"`
@@ -236,10 +248,21 @@ func DecodeToolRequest(data []byte, v any) error {
 		if x.CheckpointType == "" {
 			x.CheckpointType = "review"
 		}
+		if x.CheckpointType == CheckpointUnknownOutcome {
+			return fmt.Errorf("%w: checkpoint_type %s is raised by the agent itself after a crash, not by a tool", ErrBadRequest, CheckpointUnknownOutcome)
+		}
 		for _, raw := range []json.RawMessage{x.WorkerInstructions, x.Artifacts} {
 			if len(raw) > 0 && string(raw) != "null" && bytes.TrimSpace(raw)[0] != '[' {
 				return fmt.Errorf("%w: worker_instructions and artifacts are JSON arrays", ErrBadRequest)
 			}
+		}
+	case *UnknownOutcomeRequest:
+		p, s = x.ProjectID, x.SessionID
+		if x.Tool == "" || len(x.Tool) > 200 || x.TaskID == "" {
+			return fmt.Errorf("%w: an unknown outcome names its task_id and tool", ErrBadRequest)
+		}
+		if len(x.Args) > 0 && !json.Valid(x.Args) {
+			return fmt.Errorf("%w: args is not JSON", ErrBadRequest)
 		}
 	case *ApproachRecord:
 		p, s = x.ProjectID, x.SessionID

@@ -98,13 +98,16 @@ func FuzzDecodeToolRequest(f *testing.F) {
 	f.Add([]byte(`{"project_id":"proj_20240115_a1b2c3","session_id":"sess_20240115143000_x1y2z3","kind":"failed","approach":{"description":"x"}}`), 0)
 	f.Add([]byte(`{"project_id":"proj_20240115_a1b2c3","session_id":"sess_20240115143000_x1y2z3","task_id":"task_p1_a_001","progress_percent":50}`), 1)
 	f.Add([]byte(`{"project_id":"proj_20240115_a1b2c3","session_id":"sess_20240115143000_x1y2z3","task_id":"task_p1_a_001","artifacts":["a"]}`), 2)
+	f.Add([]byte(`{"project_id":"proj_20240115_a1b2c3","session_id":"sess_20240115143000_x1y2z3","task_id":"task_p1_a_001","tool":"file_append","args":{"line":"x"}}`), 3)
 	f.Fuzz(func(t *testing.T, data []byte, kind int) {
 		var v any
-		switch kind % 3 {
+		switch kind % 4 {
 		case 0:
 			v = &ApproachRecord{}
 		case 1:
 			v = &TaskUpdate{}
+		case 3, -3:
+			v = &UnknownOutcomeRequest{}
 		default:
 			v = &ApprovalRequest{}
 		}

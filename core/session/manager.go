@@ -591,6 +591,11 @@ func (m *Manager) applyDecision(ctx context.Context, a *Approval) (string, error
 	if err != nil {
 		return "", err
 	}
+	if a.CheckpointType == CheckpointUnknownOutcome {
+		// The agent reads the decision and goes on or fails the task;
+		// its result completes or fails the plan task.
+		return a.SessionID, nil
+	}
 	i := indexOf(tasks, a.TaskID)
 	if i < 0 || tasks[i].Attempt != a.Attempt || tasks[i].Status != TaskInProgress {
 		return "", nil // a decision on an older attempt: recorded, nothing to release
@@ -661,6 +666,48 @@ func (m *Manager) RequestApproval(ctx context.Context, req *ApprovalRequest) (*A
 	}
 	m.log.Info().Int64("approval", a.ID).Str("project", a.ProjectID).Str("task", a.TaskID).
 		Msgf("approval %d requested for %s: waiting for a decision", a.ID, a.TaskID)
+	return a, nil
+}
+
+// RequestUnknownOutcome records the approval an agent raises when a crash
+// left the outcome of a non-idempotent tool of its task unknown. The task
+// waits (WAITING_FOR_APPROVAL) until an operator decides; the agent reads
+// the decision (Approval) and goes on or fails the task. Idempotent: the
+// same task and attempt return the same approval.
+func (m *Manager) RequestUnknownOutcome(ctx context.Context, req *UnknownOutcomeRequest) (*Approval, error) {
+	a, err := m.requestUnknownOutcome(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	// The files hold it too: a sessions.db lost later is rebuilt with it.
+	m.saveFiles(ctx, a.ProjectID, a.SessionID, false)
+	return a, nil
+}
+
+func (m *Manager) requestUnknownOutcome(ctx context.Context, req *UnknownOutcomeRequest) (*Approval, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, err := m.planTask(ctx, req.ProjectID, req.TaskID)
+	if err != nil {
+		return nil, err
+	}
+	args := string(req.Args)
+	if args == "" {
+		args = "{}"
+	}
+	instr, _ := json.Marshal([]map[string]any{{"tool": req.Tool, "args": json.RawMessage(args)}})
+	a, err := m.store.InsertApproval(ctx, &Approval{SessionID: req.SessionID, ProjectID: req.ProjectID, TaskID: t.ID,
+		Attempt: t.Attempt, CheckpointType: CheckpointUnknownOutcome, LeaderID: req.LeaderID, Status: ApprovalPending,
+		SubmittedAt: m.now().UTC(),
+		InstructionContent: fmt.Sprintf("agent %s stopped (crash or power loss) while %s of task %s was running: it may or may not "+
+			"have taken effect, and it is not run again by itself. Check, then approve to let the agent go on (your feedback is "+
+			"what it is told), or reject to fail the task.", req.LeaderID, req.Tool, req.TaskID),
+		WorkerInstructions: instr, Artifacts: json.RawMessage(`[]`)})
+	if err != nil {
+		return nil, err
+	}
+	m.log.Warn().Int64("approval", a.ID).Str("project", a.ProjectID).Str("task", a.TaskID).Str("agent", req.LeaderID).Str("tool", req.Tool).
+		Msgf("approval %d: the outcome of %s in %s is unknown after a crash; waiting for a decision", a.ID, req.Tool, a.TaskID)
 	return a, nil
 }
 

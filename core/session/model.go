@@ -23,6 +23,15 @@ const (
 	WaitingForApproval = "WAITING_FOR_APPROVAL" // the state of a task whose approval is pending
 )
 
+// CheckpointUnknownOutcome is the checkpoint_type of the approval an agent
+// raises when a crash left the outcome of a non-idempotent tool of its task
+// unknown (the template's unknown_outcome "approval"). Its decision goes
+// back to the agent, which goes on (approved, or a revision asked: the model
+// sees the decision and the feedback as the tool's result) or fails the task
+// (rejected); the plan task's status then follows the agent's result, not
+// the decision.
+const CheckpointUnknownOutcome = "unknown_outcome"
+
 // Session statuses. A session is active while it dispatches; it ends
 // completed (every task completed) or interrupted (with a reason); an
 // interrupted session that was resumed becomes resumed.

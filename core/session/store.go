@@ -108,6 +108,10 @@ var migrations = []string{
 	// Who decided an approval: the name the person gave (web UI, CLI
 	// --by, API decided_by), or the address the decision came from.
 	`ALTER TABLE human_approvals ADD COLUMN decided_by TEXT;`,
+	// A task attempt may hold two approvals: its gate (or the
+	// approval_request tool's), and the decision on an unknown outcome.
+	`DROP INDEX approvals_task;
+	CREATE UNIQUE INDEX approvals_task ON human_approvals(project_id, task_id, attempt, checkpoint_type = 'unknown_outcome') WHERE task_id != '';`,
 }
 
 // Store is DATA/sessions.db. Every method is safe for concurrent use; each
@@ -478,7 +482,7 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 // same task and attempt (the request is idempotent).
 func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, error) {
 	if a.TaskID != "" {
-		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt); err == nil {
+		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt, a.CheckpointType == CheckpointUnknownOutcome); err == nil {
 			return got, nil
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
@@ -547,9 +551,10 @@ func (s *Store) Approval(ctx context.Context, id int64) (*Approval, error) {
 	return &a, nil
 }
 
-func (s *Store) approvalFor(ctx context.Context, projectID, taskID string, attempt int) (*Approval, error) {
+func (s *Store) approvalFor(ctx context.Context, projectID, taskID string, attempt int, unknown bool) (*Approval, error) {
 	a, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals
-		WHERE project_id = ? AND task_id = ? AND attempt = ?`, projectID, taskID, attempt))
+		WHERE project_id = ? AND task_id = ? AND attempt = ? AND (checkpoint_type = 'unknown_outcome') = ?`,
+		projectID, taskID, attempt, unknown))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, fmt.Errorf("approval of %s attempt %d: %w", taskID, attempt, ErrNotFound)
 	}

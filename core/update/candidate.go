@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"debug/buildinfo"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -226,13 +225,9 @@ func (f Fetcher) Fetch(ctx context.Context, p Paths, from string, trusted []ed25
 // CheckPlatform reads the Go build info of the binary at path, without
 // running it, and checks it names goos/goarch (and goarm on 32-bit ARM).
 func CheckPlatform(path, goos, goarch, goarm string) error {
-	bi, err := buildinfo.ReadFile(path)
+	got, err := buildSettings(path)
 	if err != nil {
 		return fmt.Errorf("%w: %s is not a Go binary with build info: %v", ErrPlatform, filepath.Base(path), err)
-	}
-	got := map[string]string{}
-	for _, s := range bi.Settings {
-		got[s.Key] = s.Value
 	}
 	if got["GOOS"] != goos || got["GOARCH"] != goarch {
 		return fmt.Errorf("%w: it is built for %s/%s, this device is %s/%s", ErrPlatform, got["GOOS"], got["GOARCH"], goos, goarch)

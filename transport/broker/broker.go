@@ -53,10 +53,11 @@ type Config struct {
 
 // Broker is a running embedded broker.
 type Broker struct {
-	srv  *mqtt.Server
-	ln   net.Listener
-	log  zerolog.Logger
-	once sync.Once
+	srv      *mqtt.Server
+	ln       net.Listener
+	log      zerolog.Logger
+	takeover *takeoverHook
+	once     sync.Once
 }
 
 // Start binds the listener, loads the persisted sessions and serves. The
@@ -99,9 +100,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		ln.Close()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
+	var store *boltHook
 	if cfg.DataDir != "" {
 		path := filepath.Join(cfg.DataDir, DBFile)
-		err := srv.AddHook(new(boltHook), &bolt.Options{
+		store = new(boltHook)
+		err := srv.AddHook(store, &bolt.Options{
 			Path:    path,
 			Options: &bbolt.Options{Timeout: time.Second},
 		})
@@ -112,6 +115,11 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 			}
 			return nil, fmt.Errorf("embedded broker: open %s: %w", path, err)
 		}
+	}
+	b.takeover = newTakeoverHook(srv, store)
+	if err := srv.AddHook(b.takeover, nil); err != nil {
+		b.closeServer()
+		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
 	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", ln), srv: srv}); err != nil {
 		b.closeServer()

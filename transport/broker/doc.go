@@ -29,6 +29,15 @@
 //     can lose a message the publisher saw acknowledged; a hub that must
 //     never do so is a Mosquitto with the packaging/mosquitto/hub.conf
 //     settings.
+//   - A session taken over keeps what was queued for it: a message that
+//     reaches a persistent session at the instant its client reconnects
+//     goes to the new connection (takeoverHook), and what the old one had
+//     in flight stays in broker.db until the new one acknowledges it
+//     (boltHook.OnQosDropped); mochi v2.7.9 lost both.
+//   - A delivery waits for its own acknowledgement: a client publishing
+//     under the packet id of a message in flight to it does not make the
+//     broker forget that message (takeoverHook; mochi v2.7.9 numbered both
+//     directions in one map).
 //   - Nothing queued is thrown away silently for time or count: messages do
 //     not expire, a disconnected persistent session keeps up to 65,535
 //     in-flight messages (mochi's ceiling; beyond it mochi logs "client store

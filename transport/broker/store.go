@@ -7,6 +7,7 @@ import (
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // boltHook is mochi's bbolt storage hook with one repair. Mochi v2.7.9's
@@ -17,6 +18,19 @@ import (
 // is recovered from there.
 type boltHook struct {
 	bolt.Hook
+}
+
+// OnQosDropped removes a dropped in-flight message from the store, except
+// when its client was taken over: mochi v2.7.9 clears the old client's
+// in-flight messages after cloning them into the new one, under the same
+// keys, and the bolt hook's OnQosDropped deleted them from broker.db, so
+// that a broker stopped before the new client acknowledged them lost them
+// (TestTakeoverKeepsStoredMessages).
+func (h *boltHook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	h.Hook.OnQosDropped(cl, pk)
 }
 
 // StoredInflightMessages returns the stored in-flight messages with their

@@ -76,6 +76,11 @@ func BuildRequest(turn agent.Turn) *chatRequest {
 	if turn.Memory != "" {
 		req.Messages = append(req.Messages, text("system", "Summary of the earlier conversation:\n"+turn.Memory))
 	}
+	if turn.Resume != "" {
+		// With the other system messages at the start: some servers'
+		// chat templates refuse a system message anywhere else.
+		req.Messages = append(req.Messages, text("system", turn.Resume))
+	}
 	for _, m := range turn.History {
 		switch m.Role {
 		case "user", "assistant", "system":

@@ -20,20 +20,24 @@ import (
 // BenchmarkMQTTIngress measures, on one broker and in one run, with one
 // publisher of 1 KiB tasks (QoS 1, every PUBACK awaited):
 //
-//   - tasks/s: tasks made durable and acknowledged by an agent (Runtime on a
-//     real bbolt store, fsync per save, group commit, the echo brain running
-//     them meanwhile) through this package's ingress;
+//   - results/s: tasks run to their end, counted when the agent (Runtime
+//     on a real bbolt store, fsync per save, group commit, the echo brain)
+//     has published their result (QoS 1, acknowledged by the broker):
+//     from the first publish of a round to the last result published;
+//   - tasks/s: the same tasks counted when the agent has made them durable
+//     and acknowledged them (ingress alone, the results still running);
 //   - broker-msgs/s: the same publisher and payloads to a bare paho
 //     subscriber on the same kind of connection as the agent's (read
 //     buffer), acknowledging each message by hand and doing nothing else:
 //     the broker's own QoS 1 loopback throughput, no persistence;
 //   - stock-msgs/s: the same with paho's own connection (no read buffer);
-//   - ratio: tasks/s over broker-msgs/s; stock-ratio over stock-msgs/s.
+//   - ratio: results/s over broker-msgs/s (target ≥ 0.8); ack-ratio:
+//     tasks/s over broker-msgs/s; stock-ratio: results/s over stock-msgs/s.
 //
 // The three are measured in alternating rounds, and each figure is the
 // median of its rounds, so that a drift of the machine's speed during the
-// run hits all three alike. A round waits for the agent to have published
-// every result before the next one starts.
+// run hits all three alike. A round ends when the agent has published
+// every result.
 //
 // Run: go test -run '^$' -bench MQTTIngress -benchtime 20000x ./transport/mqtt/
 func BenchmarkMQTTIngress(b *testing.B) {
@@ -56,7 +60,7 @@ var benchRun atomic.Int64
 const ingressRounds = 5
 
 func benchIngress(b *testing.B, url string) {
-	n := max(b.N, 5000) // tasks per round: shorter rounds measure start-up
+	n := max(b.N, 2000) // tasks per round: shorter rounds measure start-up
 	run := benchRun.Add(1)
 	payload := func(prefix string, i int) []byte {
 		head := fmt.Sprintf(`{"task_id":"%s-%06d","type":"bench","input":"`, prefix, i)
@@ -117,7 +121,7 @@ func benchIngress(b *testing.B, url string) {
 		cfg:       func(c *mqtt.Config) { c.NoFleet = true; c.Log = c.Log.Level(3) },
 		afterSave: func(*agent.Snapshot) { saves.Add(1) }})
 	var ingressSaves int64
-	ingress := func(round int) float64 {
+	ingress := func(round int) (acked, results float64) {
 		s0 := saves.Load()
 		before := a.client.Stats()
 		t1 := time.Now()
@@ -129,37 +133,42 @@ func benchIngress(b *testing.B, url string) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		rate := float64(n) / time.Since(t1).Seconds()
-		ingressSaves += saves.Load() - s0
-		// Let the agent run and publish everything before the next round.
+		acked = float64(n) / time.Since(t1).Seconds()
+		// Published counts results the broker acknowledged.
 		for deadline := time.Now().Add(5 * time.Minute); a.client.Stats().Published < want; {
 			if time.Now().After(deadline) {
 				b.Fatalf("after 5m: %+v, want %d published", a.client.Stats(), want)
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(time.Millisecond)
 		}
-		return rate
+		results = float64(n) / time.Since(t1).Seconds()
+		ingressSaves += saves.Load() - s0
+		return acked, results
 	}
 
-	var buf, stock, ing []float64
+	var buf, stock, ing, res []float64
 	b.ResetTimer()
 	for r := range ingressRounds {
 		buf = append(buf, loopback(bufTopic))
 		stock = append(stock, loopback(stockTopic))
-		ing = append(ing, ingress(r))
+		acked, results := ingress(r)
+		ing, res = append(ing, acked), append(res, results)
 	}
 	b.StopTimer()
-	mb, ms, mi := median(buf), median(stock), median(ing)
+	mb, ms, mi, mr := median(buf), median(stock), median(ing), median(res)
+	b.ReportMetric(mr, "results/s")
 	b.ReportMetric(mi, "tasks/s")
 	b.ReportMetric(mb, "broker-msgs/s")
 	b.ReportMetric(ms, "stock-msgs/s")
-	b.ReportMetric(mi/mb, "ratio")
-	b.ReportMetric(mi/ms, "stock-ratio")
+	b.ReportMetric(mr/mb, "ratio")
+	b.ReportMetric(mi/mb, "ack-ratio")
+	b.ReportMetric(mr/ms, "stock-ratio")
 	b.ReportMetric(float64(ingressSaves)/ingressRounds/float64(n), "saves/task")
 	b.ReportMetric(0, "ns/op")
-	b.Logf("%d rounds of %d tasks of 1 KiB: ingress %.0f tasks/s (rounds %.0f), broker loopback %.0f msgs/s (rounds %.0f), "+
-		"with paho's own connection %.0f msgs/s (rounds %.0f); ratio %.2f, against paho's own connection %.2f",
-		ingressRounds, n, mi, ing, mb, buf, ms, stock, mi/mb, mi/ms)
+	b.Logf("%d rounds of %d tasks of 1 KiB: results %.0f tasks/s (rounds %.0f), acknowledged %.0f tasks/s (rounds %.0f), "+
+		"broker loopback %.0f msgs/s (rounds %.0f), with paho's own connection %.0f msgs/s (rounds %.0f); "+
+		"ratio %.2f (acknowledged %.2f), against paho's own connection %.2f",
+		ingressRounds, n, mr, res, mi, ing, mb, buf, ms, stock, mr/mb, mi/mb, mr/ms)
 }
 
 func median(xs []float64) float64 {

@@ -326,8 +326,10 @@ func (c *Client) sleep(d time.Duration) bool {
 
 func (c *Client) onConnect(pc paho.Client) {
 	if c.ctx.Err() != nil {
-		// A connection attempt that was under way when Close ran.
-		go pc.Disconnect(0)
+		// A connection attempt that was under way when Close ran: stop
+		// disconnects it. It is not disconnected here too: paho's
+		// Disconnect is not safe to run twice at once (its status's
+		// willReconnect is written and read without the lock).
 		return
 	}
 	c.reconnects.Store(0)

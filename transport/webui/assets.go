@@ -12,19 +12,41 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"sync"
 	"time"
 )
 
 //go:embed static
 var static embed.FS
 
-// asset is one embedded file, ready to serve in both encodings.
+// asset is one embedded file, ready to serve in both encodings. Its gzip
+// encoding is made at its first use, not at start: compressing the UI at
+// its best level costs a cold daemon about 20 ms of processor time before
+// the master is spawned, for a page few boots ever serve.
 type asset struct {
 	name  string // "app.js"
 	ctype string
 	raw   []byte
-	gz    []byte // nil when gzip does not make it smaller
 	hash  string // first 16 hex digits of the SHA-256 of raw
+
+	gzOnce sync.Once
+	gzData []byte // see gzipped
+}
+
+// gzipped returns the gzip encoding of raw, nil when it is not smaller.
+func (f *asset) gzipped() []byte {
+	f.gzOnce.Do(func() {
+		var buf bytes.Buffer
+		zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
+		if err != nil {
+			return // a constant valid level: cannot fail
+		}
+		_, _ = zw.Write(f.raw) // a bytes.Buffer does not fail
+		if zw.Close() == nil && buf.Len() < len(f.raw) {
+			f.gzData = buf.Bytes()
+		}
+	})
+	return f.gzData
 }
 
 // assets holds the embedded files, built once by loadAssets.
@@ -75,8 +97,10 @@ func loadAssets(fsys fs.FS) (*assets, error) {
 func newAsset(name string, raw []byte) (*asset, error) {
 	sum := sha256.Sum256(raw)
 	f := &asset{name: name, raw: raw, hash: hex.EncodeToString(sum[:8])}
-	f.ctype = mime.TypeByExtension(path.Ext(name))
-	switch path.Ext(name) { // the system's MIME table may lack these or differ
+	// The system's MIME table may lack these or differ; and reading it
+	// (the first TypeByExtension loads every file of it) is left to the
+	// other kinds.
+	switch path.Ext(name) {
 	case ".js":
 		f.ctype = "text/javascript; charset=utf-8"
 	case ".css":
@@ -85,23 +109,11 @@ func newAsset(name string, raw []byte) (*asset, error) {
 		f.ctype = "text/html; charset=utf-8"
 	case ".svg":
 		f.ctype = "image/svg+xml"
+	default:
+		f.ctype = mime.TypeByExtension(path.Ext(name))
 	}
 	if f.ctype == "" {
 		f.ctype = "application/octet-stream"
-	}
-	var buf bytes.Buffer
-	zw, err := gzip.NewWriterLevel(&buf, gzip.BestCompression)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := zw.Write(raw); err != nil {
-		return nil, err
-	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	if buf.Len() < len(raw) {
-		f.gz = buf.Bytes()
 	}
 	return f, nil
 }
@@ -117,8 +129,8 @@ func (a *assets) compressedSize() int {
 }
 
 func (f *asset) size(gz bool) int {
-	if gz && f.gz != nil {
-		return len(f.gz)
+	if gz && f.gzipped() != nil {
+		return len(f.gzipped())
 	}
 	return len(f.raw)
 }
@@ -136,8 +148,8 @@ func (f *asset) serve(w http.ResponseWriter, r *http.Request, immutable bool) {
 		h.Set("Cache-Control", "no-cache")
 	}
 	body, etag := f.raw, `"`+f.hash+`"`
-	if f.gz != nil && acceptsGzip(r) {
-		body, etag = f.gz, `"`+f.hash+`-gz"`
+	if gz := f.gzipped(); gz != nil && acceptsGzip(r) {
+		body, etag = gz, `"`+f.hash+`-gz"`
 		h.Set("Content-Encoding", "gzip")
 	}
 	h.Set("ETag", etag)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/tool"
 )
@@ -117,3 +119,72 @@ func taskUpdate(ctx context.Context, env tool.Env, raw json.RawMessage) (json.Ra
 
 // Interface guard.
 var _ SessionService = (*control.Client)(nil)
+
+// Decider is the agent.Decider of the daemon's agents: it raises the
+// approval of an unknown outcome in session continuity, and reads its
+// decision, through the daemon's control API.
+type Decider struct {
+	// Service is the daemon; nil: the daemon named by the environment,
+	// dialled for each request.
+	Service SessionService
+}
+
+func (d Decider) call(ctx context.Context, requester, op string, req any) (json.RawMessage, error) {
+	s := d.Service
+	if s == nil {
+		c, err := control.FromEnv()
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		s = c
+	}
+	out, err := s.Session(ctx, requester, op, req)
+	var ce *control.Error
+	if errors.As(err, &ce) && permanent(ce.Status) {
+		return nil, fmt.Errorf("%w: %w", agent.ErrNoApproval, err)
+	}
+	return out, err
+}
+
+// permanent reports whether the daemon's answer will not change if asked
+// again: a request it refuses, or sessions it does not keep.
+func permanent(status int) bool {
+	return status >= 400 && status < 500 && status != 408 && status != 429 || status == 501
+}
+
+// Ask implements agent.Decider.
+func (d Decider) Ask(ctx context.Context, q agent.UnknownOutcome) (int64, error) {
+	args := q.Args
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	raw, err := d.call(ctx, q.AgentID, "unknown_outcome", map[string]any{"project_id": q.ProjectID, "session_id": q.SessionID,
+		"task_id": q.TaskID, "tool": q.Tool, "args": args})
+	if err != nil {
+		return 0, err
+	}
+	var a struct {
+		ID int64 `json:"id"`
+	}
+	if err := json.Unmarshal(raw, &a); err != nil || a.ID <= 0 {
+		return 0, fmt.Errorf("the daemon's answer names no approval: %.200s", raw)
+	}
+	return a.ID, nil
+}
+
+// Decision implements agent.Decider.
+func (d Decider) Decision(ctx context.Context, id int64) (agent.Decision, error) {
+	raw, err := d.call(ctx, "", "decision", map[string]any{"approval_id": id})
+	if err != nil {
+		return agent.Decision{}, err
+	}
+	var out agent.Decision
+	if err := json.Unmarshal(raw, &out); err != nil || out.Status == "" {
+		return agent.Decision{}, fmt.Errorf("the daemon's answer holds no decision: %.200s", raw)
+	}
+	return out, nil
+}
+
+// Interface guard.
+var _ agent.Decider = Decider{}
