@@ -3,6 +3,7 @@ package design
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -525,5 +526,89 @@ func TestHugeNumbersCheap(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, want) {
 		t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// compileTestSchema compiles the schema src with the library as
+// compileSchema does (draft 2020-12 by default); assertFormat turns format
+// assertions on.
+func compileTestSchema(src string, assertFormat bool) (*jsonschema.Schema, error) {
+	doc, err := jsonschema.UnmarshalJSON(strings.NewReader(src))
+	if err != nil {
+		return nil, err
+	}
+	c := jsonschema.NewCompiler()
+	c.DefaultDraft(jsonschema.Draft2020)
+	if assertFormat {
+		c.AssertFormat()
+	}
+	const id = "https://example.invalid/s.json"
+	if err := c.AddResource(id, doc); err != nil {
+		return nil, err
+	}
+	return c.Compile(id)
+}
+
+// TestSchemaLibraryTrimmed: third_party/jsonschema carries draft 2020-12
+// only, the formats its meta-schema asserts, and no file:// loader (see its
+// OPENSTARRY.md). What it leaves out is refused with an error naming it,
+// never accepted unchecked; what it keeps still works.
+func TestSchemaLibraryTrimmed(t *testing.T) {
+	for _, tc := range []struct {
+		name, schema string
+		assert       bool
+		wantErr      string // a substring of the compile error; "" compiles
+		valid        []string
+		invalid      []string
+	}{
+		{name: "draft-07 refused", schema: `{"$schema": "http://json-schema.org/draft-07/schema#", "type": "string"}`, wantErr: `draft "http://json-schema.org/draft-07/schema#" is not supported`},
+		{name: "draft-04 refused", schema: `{"$schema": "http://json-schema.org/draft-04/schema#"}`, wantErr: "is not supported"},
+		{name: "draft 2019-09 refused", schema: `{"$schema": "https://json-schema.org/draft/2019-09/schema"}`, wantErr: "is not supported"},
+		{name: "draft 2020-12 by name", schema: `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "string"}`, valid: []string{`"a"`}, invalid: []string{`1`}},
+		{name: "left-out format asserted refused", schema: `{"format": "email"}`, assert: true, wantErr: `format "email" at "https://example.invalid/s.json#" is not built into this copy`},
+		{name: "left-out format nested refused", schema: `{"properties": {"at": {"format": "date-time"}}}`, assert: true, wantErr: `format "date-time"`},
+		{name: "left-out format as annotation", schema: `{"format": "email"}`, valid: []string{`"not an address"`, `1`}},
+		{name: "unknown format asserted ignored", schema: `{"format": "x-custom"}`, assert: true, valid: []string{`"x"`}},
+		{name: "uri kept", schema: `{"format": "uri"}`, assert: true, valid: []string{`"https://example.com/a"`, `1`}, invalid: []string{`"relative/path"`, `"http://[::1"`}},
+		{name: "uri-reference kept", schema: `{"format": "uri-reference"}`, assert: true, valid: []string{`"relative/path"`}, invalid: []string{`"a\\b"`}},
+		{name: "regex kept", schema: `{"format": "regex"}`, assert: true, valid: []string{`"^a+$"`}, invalid: []string{`"(a"`}},
+		{name: "file ref not loaded", schema: `{"$ref": "file:///etc/hostname"}`, wantErr: "no URLLoader set"},
+		{name: "remote ref not loaded", schema: `{"$ref": "https://example.com/other.json"}`, wantErr: "no URLLoader set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sch, err := compileTestSchema(tc.schema, tc.assert)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("compile %s: %v, want an error with %q", tc.schema, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("compile %s: %v", tc.schema, err)
+			}
+			for _, v := range tc.valid {
+				doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(v))
+				if err := sch.Validate(doc); err != nil {
+					t.Errorf("%s: %v, want valid", v, err)
+				}
+			}
+			for _, v := range tc.invalid {
+				doc, _ := jsonschema.UnmarshalJSON(strings.NewReader(v))
+				if err := sch.Validate(doc); err == nil {
+					t.Errorf("%s: valid, want invalid", v)
+				}
+			}
+		})
+	}
+	// The error types, for programs that tell them apart.
+	_, err := compileTestSchema(`{"$schema": "http://json-schema.org/draft-06/schema#"}`, false)
+	var ud *jsonschema.UnsupportedDraftError
+	if !errors.As(err, &ud) {
+		t.Errorf("draft-06: %T %v, want *UnsupportedDraftError", err, err)
+	}
+	_, err = compileTestSchema(`{"format": "ipv4"}`, true)
+	var uf *jsonschema.UnsupportedFormatError
+	if !errors.As(err, &uf) || uf.Format != "ipv4" {
+		t.Errorf("format ipv4: %T %v, want *UnsupportedFormatError", err, err)
 	}
 }

@@ -26,90 +26,43 @@ func (d *Draft) String() string {
 	return d.url
 }
 
+// Draft2020 is the one draft built into this copy (see OPENSTARRY.md):
+// upstream also carries draft-04, draft-06, draft-07 and draft/2019-09,
+// whose keywords draft/2020-12 still uses (objcompiler.go compiles them
+// cumulatively) but whose meta-schemas and dialects are left out. A schema
+// whose $schema names one of them is refused with an UnsupportedDraftError.
 var (
-	Draft4 = &Draft{
-		version: 4,
-		url:     "http://json-schema.org/draft-04/schema",
-		id:      "id",
+	Draft2020 = &Draft{
+		version: 2020,
+		url:     "https://json-schema.org/draft/2020-12/schema",
+		id:      "$id",
+		// upstream's list: draft-04's, then what draft-06, draft-07,
+		// draft/2019-09 and draft/2020-12 added, in that order.
 		subschemas: []SchemaPath{
-			// type agonistic
 			schemaPath("definitions/*"),
 			schemaPath("not"),
 			schemaPath("allOf/[]"),
 			schemaPath("anyOf/[]"),
 			schemaPath("oneOf/[]"),
-			// object
 			schemaPath("properties/*"),
 			schemaPath("additionalProperties"),
 			schemaPath("patternProperties/*"),
-			// array
 			schemaPath("items"),
 			schemaPath("items/[]"),
 			schemaPath("additionalItems"),
 			schemaPath("dependencies/*"),
-		},
-		vocabPrefix:   "",
-		allVocabs:     map[string]*Schema{},
-		defaultVocabs: []string{},
-	}
-
-	Draft6 = &Draft{
-		version: 6,
-		url:     "http://json-schema.org/draft-06/schema",
-		id:      "$id",
-		subschemas: joinSubschemas(Draft4.subschemas,
 			schemaPath("propertyNames"),
 			schemaPath("contains"),
-		),
-		vocabPrefix:   "",
-		allVocabs:     map[string]*Schema{},
-		defaultVocabs: []string{},
-	}
-
-	Draft7 = &Draft{
-		version: 7,
-		url:     "http://json-schema.org/draft-07/schema",
-		id:      "$id",
-		subschemas: joinSubschemas(Draft6.subschemas,
 			schemaPath("if"),
 			schemaPath("then"),
 			schemaPath("else"),
-		),
-		vocabPrefix:   "",
-		allVocabs:     map[string]*Schema{},
-		defaultVocabs: []string{},
-	}
-
-	Draft2019 = &Draft{
-		version: 2019,
-		url:     "https://json-schema.org/draft/2019-09/schema",
-		id:      "$id",
-		subschemas: joinSubschemas(Draft7.subschemas,
 			schemaPath("$defs/*"),
 			schemaPath("dependentSchemas/*"),
 			schemaPath("unevaluatedProperties"),
 			schemaPath("unevaluatedItems"),
 			schemaPath("contentSchema"),
-		),
-		vocabPrefix: "https://json-schema.org/draft/2019-09/vocab/",
-		allVocabs: map[string]*Schema{
-			"core":       nil,
-			"applicator": nil,
-			"validation": nil,
-			"meta-data":  nil,
-			"format":     nil,
-			"content":    nil,
-		},
-		defaultVocabs: []string{"core", "applicator", "validation"},
-	}
-
-	Draft2020 = &Draft{
-		version: 2020,
-		url:     "https://json-schema.org/draft/2020-12/schema",
-		id:      "$id",
-		subschemas: joinSubschemas(Draft2019.subschemas,
 			schemaPath("prefixItems/[]"),
-		),
+		},
 		vocabPrefix: "https://json-schema.org/draft/2020-12/vocab/",
 		allVocabs: map[string]*Schema{
 			"core":              nil,
@@ -160,17 +113,24 @@ func draftFromURL(url string) *Draft {
 		return draftLatest
 	case "json-schema.org/draft/2020-12/schema":
 		return Draft2020
-	case "json-schema.org/draft/2019-09/schema":
-		return Draft2019
-	case "json-schema.org/draft-07/schema":
-		return Draft7
-	case "json-schema.org/draft-06/schema":
-		return Draft6
-	case "json-schema.org/draft-04/schema":
-		return Draft4
 	default:
 		return nil
 	}
+}
+
+// leftOutDraft tells whether url is the meta-schema of a draft upstream
+// supports and this copy leaves out (draft-04, -06, -07, 2019-09).
+func leftOutDraft(url string) bool {
+	u, _ := split(url)
+	u, ok := strings.CutPrefix(u, "http://")
+	if !ok {
+		u, _ = strings.CutPrefix(u, "https://")
+	}
+	switch u {
+	case "json-schema.org/draft/2019-09/schema", "json-schema.org/draft-07/schema", "json-schema.org/draft-06/schema", "json-schema.org/draft-04/schema":
+		return true
+	}
+	return false
 }
 
 func (d *Draft) getID(obj map[string]any) string {
@@ -360,13 +320,4 @@ type DuplicateAnchorError struct {
 
 func (e *DuplicateAnchorError) Error() string {
 	return fmt.Sprintf("duplicate anchor %q in %q at %q and %q", e.Anchor, e.URL, e.Ptr1, e.Ptr2)
-}
-
-// --
-
-func joinSubschemas(a1 []SchemaPath, a2 ...SchemaPath) []SchemaPath {
-	var a []SchemaPath
-	a = append(a, a1...)
-	a = append(a, a2...)
-	return a
 }

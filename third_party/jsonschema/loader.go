@@ -174,6 +174,9 @@ func (l *defaultLoader) getDraft(up urlPtr, doc any, defaultDraft *Draft, cycle 
 	if draft := draftFromURL(sch); draft != nil {
 		return draft, nil
 	}
+	if leftOutDraft(sch) {
+		return nil, &UnsupportedDraftError{sch}
+	}
 	sch, _ = split(sch)
 	if _, err := gourl.Parse(sch); err != nil {
 		return nil, &InvalidMetaSchemaURLError{up.String(), err}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/big"
+	"slices"
 	"strconv"
 )
 
@@ -194,6 +195,9 @@ func (c *objCompiler) compileDraft4(s *Schema) error {
 				s.Format = c.c.formats[*f]
 				if s.Format == nil {
 					s.Format = formats[*f]
+				}
+				if s.Format == nil && slices.Contains(leftOutFormats, *f) {
+					return &UnsupportedFormatError{URL: s.Location, Format: *f}
 				}
 			}
 		}

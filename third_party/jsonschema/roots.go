@@ -18,9 +18,11 @@ func newRoots() *roots {
 	return &roots{
 		defaultDraft: draftLatest,
 		roots:        map[url]*root{},
+		// Upstream loads file:// URLs by default (FileLoader); this copy
+		// loads only the resources added to the compiler and the embedded
+		// meta-schemas unless a program sets a loader (UseLoader).
 		loader: defaultLoader{
-			docs:   map[url]any{},
-			loader: FileLoader{},
+			docs: map[url]any{},
 		},
 		regexpEngine: goRegexpCompile,
 		vocabularies: map[string]*Vocabulary{},

@@ -8,9 +8,10 @@ by this library.
 You can force to use specific draft,  when "$schema" is missing, as follows:
 
 	compiler := jsonschema.NewCompiler()
-	compiler.DefaultDraft(jsonschema.Draft4)
+	compiler.DefaultDraft(jsonschema.Draft2020)
 
-This package supports loading json-schema from filePath and fileURL.
+This copy loads only the resources added to the compiler and the embedded
+draft 2020-12 meta-schemas unless a loader is set (see OPENSTARRY.md).
 
 see examples for usage.
 */
