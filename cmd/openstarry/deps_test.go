@@ -52,23 +52,50 @@ func TestDependencies(t *testing.T) {
 // validation. Read from the runtime's own trace of every package
 // initialiser (GODEBUG=inittrace=1).
 func TestSchemaLibraryIdle(t *testing.T) {
+	out := initTrace(t)
+	for _, pkg := range []string{"github.com/santhosh-tekuri/jsonschema/v6", "github.com/openstarry/openstarry-edge/core/design"} {
+		n := initBytes(t, out, pkg)
+		if n > 128<<10 {
+			t.Errorf("the package initialiser of %s allocates %d bytes: a process that validates nothing pays for the schema", pkg, n)
+		}
+	}
+}
+
+// TestBrokerPacketsIdle: the embedded broker's packet codec builds no test
+// fixtures at start. Upstream's packets package initialises TPacketData,
+// its tests' table of packets (368 KB, three 64 KiB buffers among them), in
+// every process of the binary: third_party/mochi-mqtt leaves it out.
+func TestBrokerPacketsIdle(t *testing.T) {
+	const pkg = "github.com/mochi-mqtt/server/v2/packets"
+	if n := initBytes(t, initTrace(t), pkg); n > 16<<10 {
+		t.Errorf("the package initialiser of %s allocates %d bytes: it builds its tests' fixtures", pkg, n)
+	}
+}
+
+// initTrace runs `openstarry version` with the runtime's trace of every
+// package initialiser (GODEBUG=inittrace=1) and returns what it printed.
+func initTrace(t *testing.T) []byte {
+	t.Helper()
 	cmd := exec.Command(binPath, "version")
 	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("openstarry version: %v\n%s", err, out)
 	}
-	for _, pkg := range []string{"github.com/santhosh-tekuri/jsonschema/v6", "github.com/openstarry/openstarry-edge/core/design"} {
-		m := regexp.MustCompile(`(?m)^init ` + regexp.QuoteMeta(pkg) + ` @\S+ ms, \S+ ms clock, (\d+) bytes, (\d+) allocs$`).FindSubmatch(out)
-		if m == nil {
-			t.Fatalf("no init trace of %s (is it still in the binary?):\n%s", pkg, out)
-		}
-		n, _ := strconv.Atoi(string(m[1]))
-		t.Logf("init %s: %s bytes, %s allocs", pkg, m[1], m[2])
-		if n > 128<<10 {
-			t.Errorf("the package initialiser of %s allocates %d bytes: a process that validates nothing pays for the schema", pkg, n)
-		}
+	return out
+}
+
+// initBytes returns the bytes the initialiser of pkg allocated, read from
+// out (initTrace); it fails t when pkg has no line.
+func initBytes(t *testing.T, out []byte, pkg string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^init ` + regexp.QuoteMeta(pkg) + ` @\S+ ms, \S+ ms clock, (\d+) bytes, (\d+) allocs$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no init trace of %s (is it still in the binary?):\n%s", pkg, out)
 	}
+	n, _ := strconv.Atoi(string(m[1]))
+	t.Logf("init %s: %s bytes, %s allocs", pkg, m[1], m[2])
+	return n
 }
 
 // TestKernelDependencies keeps the kernel pure: core/agent, transitively,
