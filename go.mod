@@ -56,3 +56,13 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
+
+// A copy of v6.0.3 that compiles its meta-schemas on first use instead of at
+// program start, and does not panic on a number big.Rat refuses inside a
+// uniqueItems array: see third_party/jsonschema/OPENSTARRY.md.
+replace github.com/santhosh-tekuri/jsonschema/v6 => ./third_party/jsonschema
+
+// The packages of v2.7.9 openstarry uses, without the test fixtures upstream
+// builds in every process at start (368 KB): see
+// third_party/mochi-mqtt/OPENSTARRY.md.
+replace github.com/mochi-mqtt/server/v2 => ./third_party/mochi-mqtt

@@ -25,7 +25,7 @@ func smallTags(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^SMALL_TAGS=\$\{SMALL_TAGS:-([a-z_,]+)\}$`).FindSubmatch(sh)
+	m := regexp.MustCompile(`(?m)^SMALL_TAGS=\$\{SMALL_TAGS:-([a-z0-9_,]+)\}$`).FindSubmatch(sh)
 	if m == nil {
 		t.Fatal("build.sh has no SMALL_TAGS=${SMALL_TAGS:-...} line")
 	}
@@ -33,7 +33,8 @@ func smallTags(t *testing.T) string {
 }
 
 // TestSmallBuildDeps: the small build links neither SQLite (the store, the
-// fts memory engine, session continuity) nor Redis nor the MCP SDK.
+// fts memory engine, session continuity) nor Redis nor the MCP SDK nor
+// net/http's HTTP/2.
 func TestSmallBuildDeps(t *testing.T) {
 	out, err := exec.Command("go", "list", "-deps", "-tags", smallTags(t), "../cmd/openstarry").CombinedOutput()
 	if err != nil {
@@ -45,7 +46,10 @@ func TestSmallBuildDeps(t *testing.T) {
 	}
 	for _, p := range deps {
 		for _, banned := range []string{"modernc.org/sqlite", "modernc.org/libc", "github.com/openstarry/openstarry-edge/core/session",
-			"github.com/openstarry/openstarry-edge/storage/memory/fts", "github.com/redis/go-redis", "github.com/modelcontextprotocol/go-sdk"} {
+			"github.com/openstarry/openstarry-edge/storage/memory/fts", "github.com/redis/go-redis", "github.com/modelcontextprotocol/go-sdk",
+			// net/http's HTTP/2 (its header compression is the one
+			// package of it go list shows).
+			"vendor/golang.org/x/net/http2"} {
 			if p == banned || strings.HasPrefix(p, banned+"/") {
 				t.Errorf("the small build (-tags %s) links %s", smallTags(t), p)
 			}
@@ -76,7 +80,7 @@ func TestSmallBuildNoSessions(t *testing.T) {
 	out, err := run(t, bin, "version")
 	for _, want := range []string{"stores: bbolt\n", "left out: file (nofile) redis (noredis) rediss (noredis) sqlite (nosqlite)\n",
 		"memory engines: qdrant qdrants; left out: fts (nosqlite)\n", "session continuity: not compiled in (nosqlite)\n",
-		"mcp tools: not compiled in (no_mcp)\n", "enrolment hub: not compiled in (nohub)\n", "brains: echo openai\n"} {
+		"mcp tools: not compiled in (no_mcp)\n", "enrolment hub: not compiled in (nohub)\n", "http: HTTP/1.1 only (nethttpomithttp2)\n", "brains: echo openai\n"} {
 		if err != nil || !strings.Contains(out, want) {
 			t.Errorf("version: %v, want %q in:\n%s", err, want, out)
 		}

@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"os/exec"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -16,10 +18,10 @@ func TestDependencies(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		// A JSON Schema library compiles its meta-schemas at start-up, in
-		// every process: core/design interprets the template schema itself.
-		if strings.HasPrefix(line, "github.com/santhosh-tekuri/jsonschema") {
-			t.Errorf("the JSON Schema library is in the binary: %s", line)
+		// The JSON Schema library's messages go through kind.Printer:
+		// x/text's language tables stay out (see third_party/jsonschema).
+		if strings.HasPrefix(line, "golang.org/x/text/") {
+			t.Errorf("x/text is in the binary: %s", line)
 		}
 		// The browser driver of the web UI's tests stays in the tests.
 		if strings.HasPrefix(line, "github.com/chromedp/") {
@@ -39,6 +41,61 @@ func TestDependencies(t *testing.T) {
 			t.Errorf("core/ depends on %s", p)
 		}
 	}
+}
+
+// TestSchemaLibraryIdle: the JSON Schema library is linked into the
+// binary (the daemon, `run`, `templates validate` and the design server
+// validate templates with it) but a process that validates nothing pays
+// nothing for it: its meta-schemas are compiled on first use, not by its
+// package initialiser (third_party/jsonschema; upstream's allocates about
+// 1.7 MB), and core/design compiles the template schema on the first
+// validation. Read from the runtime's own trace of every package
+// initialiser (GODEBUG=inittrace=1).
+func TestSchemaLibraryIdle(t *testing.T) {
+	out := initTrace(t)
+	for _, pkg := range []string{"github.com/santhosh-tekuri/jsonschema/v6", "github.com/openstarry/openstarry-edge/core/design"} {
+		n := initBytes(t, out, pkg)
+		if n > 128<<10 {
+			t.Errorf("the package initialiser of %s allocates %d bytes: a process that validates nothing pays for the schema", pkg, n)
+		}
+	}
+}
+
+// TestBrokerPacketsIdle: the embedded broker's packet codec builds no test
+// fixtures at start. Upstream's packets package initialises TPacketData,
+// its tests' table of packets (368 KB, three 64 KiB buffers among them), in
+// every process of the binary: third_party/mochi-mqtt leaves it out.
+func TestBrokerPacketsIdle(t *testing.T) {
+	const pkg = "github.com/mochi-mqtt/server/v2/packets"
+	if n := initBytes(t, initTrace(t), pkg); n > 16<<10 {
+		t.Errorf("the package initialiser of %s allocates %d bytes: it builds its tests' fixtures", pkg, n)
+	}
+}
+
+// initTrace runs `openstarry version` with the runtime's trace of every
+// package initialiser (GODEBUG=inittrace=1) and returns what it printed.
+func initTrace(t *testing.T) []byte {
+	t.Helper()
+	cmd := exec.Command(binPath, "version")
+	cmd.Env = append(os.Environ(), "GODEBUG=inittrace=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("openstarry version: %v\n%s", err, out)
+	}
+	return out
+}
+
+// initBytes returns the bytes the initialiser of pkg allocated, read from
+// out (initTrace); it fails t when pkg has no line.
+func initBytes(t *testing.T, out []byte, pkg string) int {
+	t.Helper()
+	m := regexp.MustCompile(`(?m)^init ` + regexp.QuoteMeta(pkg) + ` @\S+ ms, \S+ ms clock, (\d+) bytes, (\d+) allocs$`).FindSubmatch(out)
+	if m == nil {
+		t.Fatalf("no init trace of %s (is it still in the binary?):\n%s", pkg, out)
+	}
+	n, _ := strconv.Atoi(string(m[1]))
+	t.Logf("init %s: %s bytes, %s allocs", pkg, m[1], m[2])
+	return n
 }
 
 // TestKernelDependencies keeps the kernel pure: core/agent, transitively,

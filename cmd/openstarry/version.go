@@ -117,6 +117,7 @@ func printVersion(w io.Writer) {
 	fmt.Fprintf(w, "session continuity: %s\n", sessionsCompiledIn)
 	fmt.Fprintf(w, "mcp tools: %s\n", mcpCompiledIn)
 	fmt.Fprintf(w, "enrolment hub: %s\n", hubCompiledIn)
+	fmt.Fprintf(w, "http: %s\n", httpProtocols)
 	fmt.Fprintf(w, "brains: %s\n", strings.Join(brain.Providers(), " "))
 }
 

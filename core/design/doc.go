@@ -15,11 +15,17 @@
 // unique, each file is {name}.json, and every worker a master names exists
 // in the set with role worker. Validate, Load and LoadDir report every
 // broken rule at once as ValidationErrors: file, JSON pointer, rule,
-// message, one line each. The daemon, `openstarry run`, `templates
-// validate` and the design server validate; an agent process the daemon
-// starts does not: LoadFrozen checks that its blueprint has the digest of
-// the bytes the daemon validated and froze, and decodes them, so the
-// schema is never loaded there.
+// message, one line each. The schema is checked by the JSON Schema library
+// (github.com/santhosh-tekuri/jsonschema/v6, built from
+// third_party/jsonschema), whose error kinds schemaErrors maps to that
+// shape; the schema is compiled on the first validation in a process, never
+// at start.
+//
+// The daemon, `openstarry run`, `templates validate` and the design server
+// validate; an agent process the daemon starts does not: LoadFrozen checks
+// that its blueprint has the digest of the bytes the daemon validated and
+// froze, and decodes them, so neither the schema nor the library's
+// meta-schemas are ever compiled there.
 //
 // # Where templates come from
 //

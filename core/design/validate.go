@@ -82,7 +82,7 @@ func (v Validator) check(file string, data []byte) (*Template, ValidationErrors)
 		// keeps this unreachable.
 		return nil, ValidationErrors{{File: file, Rule: "schema", Message: err.Error()}}
 	}
-	errs := sch.validate(file, doc)
+	errs := schemaCheck(sch, file, doc)
 	errs = append(errs, v.goRules(file, doc)...)
 	if len(errs) > 0 {
 		return nil, errs
