@@ -325,6 +325,8 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 		if cur.edited {
 			s.log.Info().Str("agent", agentID).Str("file", curPath).
 				Msg("file: loaded a hand-edited snapshot (no checksum); the next save writes one")
+		} else if err := s.dropUncommitted(agentID, cur.indexedSeq); err != nil {
+			return nil, fmt.Errorf("file: load %s: task index: %w", agentID, err)
 		}
 		return cur.snap, nil
 	}
@@ -339,6 +341,13 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	switch {
 	case prevErr == nil:
 		st.gen, st.indexedSeq = prev.gen+1, prev.indexedSeq
+		if missing {
+			// The previous generation is the last committed one: what
+			// the interrupted save indexed is not.
+			if err := s.dropUncommitted(agentID, prev.indexedSeq); err != nil {
+				return nil, fmt.Errorf("file: load %s: task index: %w", agentID, err)
+			}
+		}
 		ev := s.log.Warn().Str("agent", agentID).Str("file", prevPath)
 		if missing {
 			ev.Msg("file: the current snapshot file is missing (a save was interrupted); loaded the previous generation")
