@@ -621,3 +621,38 @@ func TestUncommittedResults(t *testing.T) {
 		})
 	}
 }
+
+// TestResultsShownAtCommit: the results a save appends to the task index
+// are not served before the save's commit point: a save that fails (or is
+// killed) after appending them leaves the agent at its last committed
+// tick, whose results alone TaskResult returns.
+func TestResultsShownAtCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{Logger: zerolog.Nop()})
+	if got, err := s.Load(ctx, "a"); got != nil || err != nil {
+		t.Fatalf("Load of a new agent = %v, %v", got, err)
+	}
+	mustSave(t, s, storagetest.Sample("a", 1))
+	// The new generation cannot be written: the save fails after its
+	// results were appended to the index (step 1), before its commit.
+	if err := os.Mkdir(filepath.Join(dir, ".a.json.tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, storagetest.Sample("a", 10)); err == nil {
+		t.Fatal("Save succeeded with a directory in place of its temporary file")
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "a.results.jsonl")); !bytes.Contains(data, []byte("task-10")) {
+		t.Fatalf("the failed save did not reach its step 1; the test proves nothing:\n%s", data)
+	}
+	if r, err := s.TaskResult(ctx, "a", "task-10"); !errors.Is(err, plugin.ErrNotFound) {
+		t.Fatalf("TaskResult of the save that did not commit = %+v, %v; want ErrNotFound", r, err)
+	}
+	if r, err := s.TaskResult(ctx, "a", "task-1"); err != nil || r.TickIndex != 1 {
+		t.Fatalf("TaskResult(task-1) = %+v, %v", r, err)
+	}
+	os.Remove(filepath.Join(dir, ".a.json.tmp"))
+	mustSave(t, s, storagetest.Sample("a", 10))
+	if r, err := s.TaskResult(ctx, "a", "task-10"); err != nil || r.TickIndex != 10 {
+		t.Fatalf("TaskResult(task-10) once committed = %+v, %v", r, err)
+	}
+}

@@ -403,6 +403,10 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if err != nil {
 		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, err)
 	}
+	var shown uint64 // see agentState.shown
+	if st, _ := s.agents.Get(agentID); st != nil {
+		shown = st.shown.Load()
+	}
 	var found *agent.Result
 	damaged := false
 	for line := range bytes.Lines(data) {
@@ -412,6 +416,9 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 		r, _, err := decodeLine(line[:len(line)-1])
 		switch {
 		case r == nil || r.TaskID != taskID:
+		case shown > 0 && r.Seq >= shown:
+			// Indexed by a save that has not reached its commit point:
+			// killed now, the agent comes back without this result.
 		case err != nil:
 			damaged = true
 		default:
