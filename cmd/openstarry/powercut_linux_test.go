@@ -159,7 +159,8 @@ func torture(t *testing.T, pc *powercut.FS, seed uint64, tgt tortured, cycles in
 	var (
 		r        cutReport
 		accepted = map[string]bool{}
-		maxTick  uint64 // the highest tick_index of a result the client saw
+		viaHub   = map[string]bool{} // acknowledged by the hub, not by the agent
+		maxTick  uint64              // the highest tick_index of a result the client saw
 		next     int
 		c        *child
 		base     string
@@ -205,7 +206,7 @@ func torture(t *testing.T, pc *powercut.FS, seed uint64, tgt tortured, cycles in
 				if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
 					t.Fatalf("publish %s: %v", id, tok.Error())
 				}
-				accepted[id] = true
+				accepted[id], viaHub[id] = true, true
 				next++
 				continue
 			}

@@ -299,10 +299,12 @@ func TestUpdateKilled(t *testing.T) {
 			return j == nil || j.Phase.Final()
 		})
 		// A rollback execs the old version: wait for the one the journal
-		// names, with its master running.
+		// names, with its master running. After a crash loop that is a
+		// fourth boot, and its master's, which a loaded machine takes
+		// longer than 30 s over; the wait ends as soon as they run.
 		committed := j != nil && j.Phase == update.PhaseCommitted
 		var st *control.Status
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(90 * time.Second)
 		for time.Now().Before(deadline) {
 			if st = statusOf(data); st != nil {
 				if a, _ := agentInfo(st, "master"); committed == (st.Version == v2) && a.State == "running" {

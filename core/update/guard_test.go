@@ -58,7 +58,10 @@ func TestGuard(t *testing.T) {
 		}
 	})
 	t.Run("healthy commits, then forwards signals", func(t *testing.T) {
-		m := guardSetup(t, "trap 'exit 0' INT TERM; while :; do sleep 0.05; done")
+		// The child is healthy once its trap is set: a SIGTERM forwarded
+		// before that would kill the shell instead of ending it with 0.
+		ready := filepath.Join(t.TempDir(), "ready")
+		m := guardSetup(t, "trap 'exit 0' INT TERM; : >'"+ready+"'; while :; do sleep 0.05; done")
 		sigs := make(chan os.Signal, 1)
 		committed := make(chan struct{})
 		go func() {
@@ -76,6 +79,9 @@ func TestGuard(t *testing.T) {
 				if pid <= 0 || v != "2" {
 					return errors.New("wrong")
 				}
+				if _, err := os.Stat(ready); err != nil {
+					return err
+				}
 				return nil
 			}})
 		<-committed
@@ -87,7 +93,25 @@ func TestGuard(t *testing.T) {
 		}
 	})
 	t.Run("restart request after the commit execs the previous binary", func(t *testing.T) {
-		m := guardSetup(t, "sleep 0.3; exit 75")
+		// The child asks for the restart only once the update is
+		// committed: an exit before the first health check is a crash.
+		goAhead := filepath.Join(t.TempDir(), "committed")
+		m := guardSetup(t, "while [ ! -e '"+goAhead+"' ]; do sleep 0.01; done; exit 75")
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				if j, _ := m.Journal(); j != nil && j.Phase == PhaseCommitted {
+					os.WriteFile(goAhead, nil, 0o600)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+		}()
 		res, err := m.Guard(GuardOptions{MaxBoots: 3, TrialTimeout: time.Minute, StopTimeout: time.Second, Interval: 20 * time.Millisecond,
 			Healthy: func(context.Context, int, string) error { return nil }})
 		if err != nil || res.Exec != m.Paths.Prev {

@@ -11,9 +11,9 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 )
 
-// node is a loopback node whose changes the model records. Lookups,
-// reads of directories, attributes and extended attributes are the
-// loopback's.
+// node is a loopback node whose changes the model records. Reads of
+// directories, attributes and extended attributes are the loopback's;
+// lookups are the loopback's but for the node's generation (see newChild).
 type node struct {
 	fs.LoopbackNode
 	pc *FS
@@ -39,9 +39,33 @@ func (n *node) self() (uint64, syscall.Errno) {
 	return n.pc.m.id(st), 0
 }
 
+// newChild returns the FUSE node of the live inode st, called with mu
+// held. Its generation is the model's id of the file, so that a new file
+// to which the live filesystem gives the number of a removed one (ext4
+// does at once) is a new node: with the loopback's constant generation it
+// shared the key of the removed file's node, and the kernel's late FORGET
+// of that node dropped the new file's key too, so that the next lookup of
+// the new file made a third node. A Unix socket bound on the first node
+// then refused every connection made through the third.
 func (n *node) newChild(ctx context.Context, st *syscall.Stat_t) *fs.Inode {
+	gen := uint64(1) // a live inode the model has not seen
+	if id, ok := n.pc.m.byIno[st.Ino]; ok {
+		gen = id
+	}
 	child := &node{LoopbackNode: fs.LoopbackNode{RootData: n.RootData}, pc: n.pc}
-	return n.NewInode(ctx, child, fs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: 1})
+	return n.NewInode(ctx, child, fs.StableAttr{Mode: st.Mode, Ino: st.Ino, Gen: gen})
+}
+
+// Lookup is the loopback's, with the generation of newChild.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.pc.mu.Lock()
+	defer n.pc.mu.Unlock()
+	st, errno := lstat(filepath.Join(n.live(), name))
+	if errno != 0 {
+		return nil, errno
+	}
+	out.Attr.FromStat(st)
+	return n.newChild(ctx, st), 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -394,6 +418,7 @@ var (
 	_ fs.NodeOpener         = (*node)(nil)
 	_ fs.NodeMkdirer        = (*node)(nil)
 	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
 	_ fs.NodeUnlinker       = (*node)(nil)
 	_ fs.NodeRmdirer        = (*node)(nil)
 	_ fs.NodeRenamer        = (*node)(nil)

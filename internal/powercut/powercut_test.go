@@ -14,10 +14,13 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 
 	"github.com/openstarry/openstarry-edge/internal/powercut"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 func syncDir(t *testing.T, dir string) {
@@ -397,5 +400,68 @@ func TestSocket(t *testing.T) {
 	fi, err := os.Lstat(path)
 	if err != nil || fi.Mode()&os.ModeSocket == 0 {
 		t.Fatalf("after the cut: %v, %v", fi, err)
+	}
+}
+
+// TestSocketRebound: a daemon that starts after a killed one removes the
+// stale control socket and binds a new one at the same path, which the
+// live filesystem gives the number of the removed one (ext4 reuses it at
+// once). The kernel forgets the removed socket's node only later; that
+// must not cost the new socket its node: connections, through a lookup
+// made after the mount's entry timeout, still reach it.
+func TestSocketRebound(t *testing.T) {
+	p := powercut.New(t, 1)
+	path := filepath.Join(p.Dir(), "control.sock")
+	ino := func() uint64 {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+	var ln net.Listener
+	for attempt := 0; ln == nil; attempt++ {
+		if attempt == 20 {
+			t.Skip("the filesystem under the simulator never gave a new socket the number of a removed one")
+		}
+		old, err := net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		was := ino()
+		// Holding the removed socket's inode delays the kernel's FORGET
+		// of its node until the new socket is bound: the order a loaded
+		// machine gives the FUSE server's goroutines now and then.
+		hold, err := syscall.Open(path, unix.O_PATH, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		old.Close() // removes the name
+		ln, err = net.Listen("unix", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ino() != was {
+			ln.Close()
+			ln = nil
+		}
+		syscall.Close(hold) // the kernel forgets the removed socket's node
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	wait.Settle(t, 1500*time.Millisecond, "the kernel has sent its FORGET, and the name's entry (1 s) expired: the next connection looks the name up again")
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatalf("connect to the socket bound again: %v", err)
+	}
+	defer c.Close()
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
+		t.Fatalf("read %q, %v", buf, err)
 	}
 }

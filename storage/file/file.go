@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -84,6 +85,13 @@ type agentState struct {
 	curInfo os.FileInfo
 
 	results *resultsState // nil until the results file was scanned
+
+	// shown is 1 + the indexed seq of the last committed generation, read
+	// by TaskResult without mu: a save appends its results to the task
+	// index before its commit point, and they are not served until it
+	// passes it. 0 until this store loaded or saved the agent (every line
+	// is served).
+	shown atomic.Uint64
 }
 
 type curState int
@@ -252,6 +260,7 @@ func (s *Store) save(ctx context.Context, st *agentState, snap *agent.Snapshot, 
 		return err
 	}
 	st.known, st.gen, st.indexedSeq, st.cur, st.curInfo = true, gen, indexedSeq, curGood, info
+	st.shown.Store(indexedSeq + 1)
 	return nil
 }
 
@@ -325,7 +334,10 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 		if cur.edited {
 			s.log.Info().Str("agent", agentID).Str("file", curPath).
 				Msg("file: loaded a hand-edited snapshot (no checksum); the next save writes one")
+		} else if err := s.dropUncommitted(agentID, cur.indexedSeq); err != nil {
+			return nil, fmt.Errorf("file: load %s: task index: %w", agentID, err)
 		}
+		st.shown.Store(st.indexedSeq + 1)
 		return cur.snap, nil
 	}
 	missing := errors.Is(curErr, fs.ErrNotExist)
@@ -339,6 +351,13 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	switch {
 	case prevErr == nil:
 		st.gen, st.indexedSeq = prev.gen+1, prev.indexedSeq
+		if missing {
+			// The previous generation is the last committed one: what
+			// the interrupted save indexed is not.
+			if err := s.dropUncommitted(agentID, prev.indexedSeq); err != nil {
+				return nil, fmt.Errorf("file: load %s: task index: %w", agentID, err)
+			}
+		}
 		ev := s.log.Warn().Str("agent", agentID).Str("file", prevPath)
 		if missing {
 			ev.Msg("file: the current snapshot file is missing (a save was interrupted); loaded the previous generation")
@@ -346,8 +365,10 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 			ev.Err(curErr).Msg("file: the current snapshot file is damaged or was edited without clearing its checksum; " +
 				"loaded the previous generation, and the next save moves the refused file to " + filepath.Base(s.path(agentID, extRejected)))
 		}
+		st.shown.Store(st.indexedSeq + 1)
 		return prev.snap, nil
 	case missing && errors.Is(prevErr, fs.ErrNotExist):
+		st.shown.Store(st.indexedSeq + 1)
 		return nil, nil
 	case missing:
 		return nil, fmt.Errorf("file: load %s: %s is missing and %v: %w", agentID, curPath, prevErr, plugin.ErrCorrupt)

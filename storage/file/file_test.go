@@ -553,3 +553,106 @@ func TestOpenURL(t *testing.T) {
 		t.Fatalf("relative URL opened %s", got)
 	}
 }
+
+// TestUncommittedResults: a save appends its results to the task index
+// before its snapshot takes the current name. Killed in between, it leaves
+// results of a tick the agent no longer has; after the next Load they are
+// neither served nor kept, and the results of committed ticks are.
+func TestUncommittedResults(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kill func(t *testing.T, dir string, committed []byte) // leaves the files of a save interrupted after its step 1
+	}{
+		{"before the renames", func(t *testing.T, dir string, committed []byte) {
+			os.Remove(filepath.Join(dir, "a.json.prev"))
+			if err := os.WriteFile(filepath.Join(dir, "a.json"), committed, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"between the renames", func(t *testing.T, dir string, committed []byte) {
+			os.Remove(filepath.Join(dir, "a.json"))
+			if err := os.WriteFile(filepath.Join(dir, "a.json.prev"), committed, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			var logs storagetest.LogBuffer
+			s := openStore(t, dir, Options{Logger: zerolog.New(&logs)})
+			mustSave(t, s, storagetest.Sample("a", 1)) // task-1, task-1-b
+			committed, err := os.ReadFile(filepath.Join(dir, "a.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			mustSave(t, s, storagetest.Sample("a", 10)) // task-10, task-10-b
+			tc.kill(t, dir, committed)
+
+			s = openStore(t, dir, Options{Logger: zerolog.New(&logs)})
+			got, err := s.Load(ctx, "a")
+			if err != nil || got == nil || got.TickIndex != 1 {
+				t.Fatalf("Load = %v, %v; want tick 1", got, err)
+			}
+			for _, task := range []string{"task-10", "task-10-b"} {
+				if r, err := s.TaskResult(ctx, "a", task); !errors.Is(err, plugin.ErrNotFound) {
+					t.Errorf("TaskResult(%s) of the uncommitted tick = %+v, %v; want ErrNotFound", task, r, err)
+				}
+			}
+			for _, task := range []string{"task-1", "task-1-b"} {
+				if r, err := s.TaskResult(ctx, "a", task); err != nil || r.TickIndex != 1 {
+					t.Errorf("TaskResult(%s) of the committed tick = %+v, %v", task, r, err)
+				}
+			}
+			for _, ext := range []string{".results.jsonl", ".results.jsonl.copy"} {
+				data, _ := os.ReadFile(filepath.Join(dir, "a"+ext))
+				if bytes.Contains(data, []byte("task-10")) || !bytes.Contains(data, []byte("task-1-b")) {
+					t.Errorf("a%s after the Load:\n%s", ext, data)
+				}
+			}
+			if !strings.Contains(logs.String(), "dropped 2 results") {
+				t.Errorf("no warning about the dropped results:\n%s", logs.String())
+			}
+
+			// The agent goes on from tick 1; its next results are served.
+			mustSave(t, s, storagetest.Sample("a", 3)) // results 4 and 5, above tick 1's
+			if r, err := s.TaskResult(ctx, "a", "task-3"); err != nil || r.TickIndex != 3 {
+				t.Fatalf("TaskResult(task-3) = %+v, %v", r, err)
+			}
+		})
+	}
+}
+
+// TestResultsShownAtCommit: the results a save appends to the task index
+// are not served before the save's commit point: a save that fails (or is
+// killed) after appending them leaves the agent at its last committed
+// tick, whose results alone TaskResult returns.
+func TestResultsShownAtCommit(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir, Options{Logger: zerolog.Nop()})
+	if got, err := s.Load(ctx, "a"); got != nil || err != nil {
+		t.Fatalf("Load of a new agent = %v, %v", got, err)
+	}
+	mustSave(t, s, storagetest.Sample("a", 1))
+	// The new generation cannot be written: the save fails after its
+	// results were appended to the index (step 1), before its commit.
+	if err := os.Mkdir(filepath.Join(dir, ".a.json.tmp"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Save(ctx, storagetest.Sample("a", 10)); err == nil {
+		t.Fatal("Save succeeded with a directory in place of its temporary file")
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, "a.results.jsonl")); !bytes.Contains(data, []byte("task-10")) {
+		t.Fatalf("the failed save did not reach its step 1; the test proves nothing:\n%s", data)
+	}
+	if r, err := s.TaskResult(ctx, "a", "task-10"); !errors.Is(err, plugin.ErrNotFound) {
+		t.Fatalf("TaskResult of the save that did not commit = %+v, %v; want ErrNotFound", r, err)
+	}
+	if r, err := s.TaskResult(ctx, "a", "task-1"); err != nil || r.TickIndex != 1 {
+		t.Fatalf("TaskResult(task-1) = %+v, %v", r, err)
+	}
+	os.Remove(filepath.Join(dir, ".a.json.tmp"))
+	mustSave(t, s, storagetest.Sample("a", 10))
+	if r, err := s.TaskResult(ctx, "a", "task-10"); err != nil || r.TickIndex != 10 {
+		t.Fatalf("TaskResult(task-10) once committed = %+v, %v", r, err)
+	}
+}

@@ -288,6 +288,60 @@ func (s *Store) repairResults(id string) error {
 	return nil
 }
 
+// dropUncommitted cuts from the end of the agent's task index, and of its
+// copy, the results above mark, the indexed seq of the last committed
+// generation: a save appends its results (step 1) before its snapshot
+// takes the current name (the commit point), so one killed in between
+// leaves results of a tick the agent no longer has. Served by TaskResult,
+// they told a client the outcome of a task that the agent, back at the
+// committed tick, then decides again (unknown_outcome for a
+// non-idempotent call cut short). Called by Load, after repairResults.
+func (s *Store) dropUncommitted(id string, mark uint64) error {
+	dropped := 0
+	for _, path := range []string{s.path(id, extResults), s.path(id, extCopy)} {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		end, n := committedEnd(data, mark)
+		if n == 0 {
+			continue
+		}
+		if err := truncateSync(path, int64(end)); err != nil {
+			return err
+		}
+		dropped = max(dropped, n)
+	}
+	if dropped > 0 {
+		s.log.Warn().Str("agent", id).Str("file", s.path(id, extResults)).Int("dropped", dropped).Uint64("indexed_seq", mark).
+			Msgf("file: dropped %d results that an interrupted save indexed but did not commit", dropped)
+	}
+	return nil
+}
+
+// committedEnd returns where the results file data ends once the results
+// above mark at its end are cut, and how many they are (0: nothing to
+// cut). It stops at the first line from the end that is at or below mark,
+// or that does not decode (repairResults' concern).
+func committedEnd(data []byte, mark uint64) (end, n int) {
+	end = bytes.LastIndexByte(data, '\n') + 1 // a torn last line goes with the cut
+	for end > 0 {
+		start := bytes.LastIndexByte(data[:end-1], '\n') + 1
+		r, _, err := decodeLine(data[start : end-1])
+		if err != nil || r == nil || r.Seq <= mark {
+			break
+		}
+		end, n = start, n+1
+	}
+	if n == 0 {
+		return len(data), 0
+	}
+	return end, n
+}
+
 // validLines returns the lines of a results file that pass their checks,
 // how many did not, and how many lines the file held (a torn last line
 // not counted).
@@ -349,6 +403,10 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if err != nil {
 		return nil, fmt.Errorf("file: task result %s/%s: %w", agentID, taskID, err)
 	}
+	var shown uint64 // see agentState.shown
+	if st, _ := s.agents.Get(agentID); st != nil {
+		shown = st.shown.Load()
+	}
 	var found *agent.Result
 	damaged := false
 	for line := range bytes.Lines(data) {
@@ -358,6 +416,9 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 		r, _, err := decodeLine(line[:len(line)-1])
 		switch {
 		case r == nil || r.TaskID != taskID:
+		case shown > 0 && r.Seq >= shown:
+			// Indexed by a save that has not reached its commit point:
+			// killed now, the agent comes back without this result.
 		case err != nil:
 			damaged = true
 		default:
