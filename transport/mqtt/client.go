@@ -84,6 +84,9 @@ type Client struct {
 	subscribed chan struct{} // closed after the first subscription attempt
 	subOnce    sync.Once
 	waitingN   atomic.Int64 // results handed over and not yet confirmed
+	// checkEvery is how often the publish loop looks at a result waiting
+	// to be published again or waiting for its PUBACK.
+	checkEvery time.Duration
 	progress   chan progressMsg
 
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
@@ -107,6 +110,7 @@ func New(cfg Config) (*Client, error) {
 		topics:     TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
 		sem:        make(chan struct{}, cfg.MaxPendingSubmits),
 		wake:       make(chan struct{}, 1),
+		checkEvery: time.Second,
 		subscribed: make(chan struct{}),
 		progress:   make(chan progressMsg, 256),
 		store:      newResumeStore(),

@@ -49,6 +49,8 @@ type agentOpts struct {
 	cfg       func(*mqtt.Config)
 	maxQueue  int
 	afterSave func(*agent.Snapshot)
+	// beforeStart runs between the client's New and Start.
+	beforeStart func(*mqtt.Client)
 }
 
 // startAgent starts a runtime and its MQTT client; the test's cleanup stops
@@ -87,6 +89,9 @@ func startAgent(t testing.TB, o agentOpts) *agentUnderTest {
 		t.Fatal(err)
 	}
 	a := &agentUnderTest{id: o.id, dir: o.dir, rt: rt, client: c, store: st}
+	if o.beforeStart != nil {
+		o.beforeStart(c)
+	}
 	if err := c.Start(context.Background(), rt); err != nil {
 		a.stop()
 		t.Fatal(err)

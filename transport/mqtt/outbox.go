@@ -83,7 +83,7 @@ func (c *Client) publishLoop() {
 		outstanding int        // entries of list with a token
 		lastGen     uint64
 	)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(c.checkEvery)
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
@@ -118,9 +118,9 @@ func (c *Client) publishLoop() {
 		// Settle what finished, in order of the list.
 		var head *pending
 		kept := list[:0]
-		seen := 0
+		seen, tokens := 0, outstanding // outstanding falls as tokens settle
 		for i, p := range list {
-			if seen == outstanding {
+			if seen == tokens {
 				kept = append(kept, list[i:]...)
 				break
 			}
@@ -159,6 +159,12 @@ func (c *Client) publishLoop() {
 		clear(list[len(kept):])
 		list = kept
 
+		if up && outstanding < publishWindow && nextReady(list) {
+			// The window has room and a result is waiting for it: the
+			// PUBACKs of the last ones all arrived while they were
+			// settled, so no token is left to wake the loop.
+			continue
+		}
 		var done <-chan struct{}
 		if head != nil {
 			done = head.tok.Done()
@@ -209,4 +215,15 @@ func (c *Client) progressLoop() {
 			return
 		}
 	}
+}
+
+// nextReady reports whether the first result of list not yet published may
+// be published now (it is not waiting to retry).
+func nextReady(list []*pending) bool {
+	for _, p := range list {
+		if p.tok == nil {
+			return !time.Now().Before(p.retryAt)
+		}
+	}
+	return false
 }
