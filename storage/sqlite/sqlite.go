@@ -118,13 +118,13 @@ type cacheEntry struct {
 
 // trimBatch is how many rows of a list no kept generation needs a Save lets
 // stand before it deletes them (at once while the list is shorter than
-// that, so that a short list stays in one page), as storage/bbolt does: a delete at the front
-// of a list rewrites the B-tree's first leaf and the pages above it (two
-// page images in the WAL at a 1,000-message history: BenchmarkSave/window1000
-// measured 43.9 KiB a Save deleting each time, 41.0 KiB deleting 32 rows at
-// a time, 36.3 KiB never deleting, while window10 stays at 29.1 KiB). Loads
-// read a generation's rows by key range, so the rows below it are never
-// read.
+// that, so that a short list stays in one page), as storage/bbolt does. A
+// delete at the front of a list rewrites the B-tree's first leaf and the
+// pages above it (two page images in the WAL at a 1,000-message history:
+// BenchmarkSave/window1000 measured 43.9 KiB a Save deleting each time,
+// 41.0 KiB deleting 32 rows at a time and 36.3 KiB never deleting, while
+// window10 stays at 29.1 KiB). Loads read a generation's rows by key
+// range, so the rows below it are never read.
 const trimBatch = 32
 
 // newEntry returns the cache entry of the generation rec, whose lists are
