@@ -250,19 +250,11 @@ func (st *state) pendingCall() (step *TurnStep, i int, ok bool) {
 // reply are not run: they may depend on it. It returns false, changing
 // nothing, when there is no saved progress to put it in.
 func (st *state) pendingToResult() bool {
-	s := st.snap
-	p := s.PendingAction
-	step, i, ok := st.pendingCall()
-	if !ok {
-		return false
-	}
-	s.PendingAction = nil
-	step.Results = append(step.Results, ToolResult{CallID: step.Calls[i].ID, Tool: p.Tool,
-		Error: UnknownOutcomeMessage(p.Tool)})
-	notRun(step)
-	vars := s.Memory.WorkingVariables
-	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
-	return true
+	return st.settlePending(func(step *TurnStep, i int, p *PendingAction) {
+		step.Results = append(step.Results, ToolResult{CallID: step.Calls[i].ID, Tool: p.Tool,
+			Error: UnknownOutcomeMessage(p.Tool)})
+		notRun(step)
+	})
 }
 
 // pendingToApproval puts an interrupted non-idempotent call before an
@@ -271,6 +263,15 @@ func (st *state) pendingToResult() bool {
 // tick raises the approval and goes on once it is decided. It returns
 // false, changing nothing, when there is no saved progress to put it in.
 func (st *state) pendingToApproval() bool {
+	return st.settlePending(func(step *TurnStep, i int, p *PendingAction) {
+		st.snap.Turn.Awaiting = &AwaitingDecision{CallID: step.Calls[i].ID, Tool: p.Tool, Args: p.Args}
+	})
+}
+
+// settlePending hands the interrupted call (call i of step) to apply,
+// clears the pending action and counts the unknown outcome. It returns
+// false, changing nothing, when there is no saved progress to put it in.
+func (st *state) settlePending(apply func(step *TurnStep, i int, p *PendingAction)) bool {
 	s := st.snap
 	p := s.PendingAction
 	step, i, ok := st.pendingCall()
@@ -278,7 +279,7 @@ func (st *state) pendingToApproval() bool {
 		return false
 	}
 	s.PendingAction = nil
-	s.Turn.Awaiting = &AwaitingDecision{CallID: step.Calls[i].ID, Tool: p.Tool, Args: p.Args}
+	apply(step, i, p)
 	vars := s.Memory.WorkingVariables
 	vars["unknown_outcomes"] = numberVar(vars["unknown_outcomes"]) + 1
 	return true

@@ -59,6 +59,12 @@ func sessionCall(ctx context.Context, env tool.Env, op string, req map[string]an
 	}
 	req["project_id"], req["session_id"] = env.ProjectID, env.SessionID
 	s, _ := env.Services[ServiceSessions].(SessionService)
+	return callSession(ctx, s, env.AgentID, op, req)
+}
+
+// callSession runs one session operation on s, or, when s is nil, on the
+// daemon's control API dialled for this request.
+func callSession(ctx context.Context, s SessionService, requester, op string, req any) (json.RawMessage, error) {
 	if s == nil {
 		c, err := control.FromEnv()
 		if err != nil {
@@ -67,7 +73,7 @@ func sessionCall(ctx context.Context, env tool.Env, op string, req map[string]an
 		defer c.Close()
 		s = c
 	}
-	return s.Session(ctx, env.AgentID, op, req)
+	return s.Session(ctx, requester, op, req)
 }
 
 func approvalRequest(ctx context.Context, env tool.Env, raw json.RawMessage) (json.RawMessage, error) {
@@ -130,16 +136,7 @@ type Decider struct {
 }
 
 func (d Decider) call(ctx context.Context, requester, op string, req any) (json.RawMessage, error) {
-	s := d.Service
-	if s == nil {
-		c, err := control.FromEnv()
-		if err != nil {
-			return nil, err
-		}
-		defer c.Close()
-		s = c
-	}
-	out, err := s.Session(ctx, requester, op, req)
+	out, err := callSession(ctx, d.Service, requester, op, req)
 	var ce *control.Error
 	if errors.As(err, &ce) && permanent(ce.Status) {
 		return nil, fmt.Errorf("%w: %w", agent.ErrNoApproval, err)
