@@ -204,6 +204,9 @@ func BenchmarkTuning(b *testing.B) {
 		{"FillPercent50", func(t *tuning) { t.fillPercent = bolt.DefaultFillPercent }},
 		{"FillPercent90", func(t *tuning) { t.fillPercent = 0.9 }},
 		{"DropEverySave", func(t *tuning) { t.dropBatch = 1 }},
+		{"NoJournal", func(t *tuning) { t.journalSize = 0 }},
+		{"Journal32KiB", func(t *tuning) { t.journalSize = 32 << 10 }},
+		{"Journal512KiB", func(t *tuning) { t.journalSize = 512 << 10 }},
 	}
 	workloads := []struct {
 		name string

@@ -21,8 +21,15 @@ func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	fd := int(f.Fd())
-	_ = unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED)
-	_ = unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM)
+	dropCache(f)
+	_ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_RANDOM)
 	return f, nil
 }
+
+// dropCache drops the clean cached pages of f, so that the next writes
+// cache it page by page again (the journal's are written whole once, then
+// a page at a time).
+func dropCache(f *os.File) { _ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED) }
+
+// datasync makes what was written to f durable, without its times.
+func datasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }

@@ -8,3 +8,9 @@ import "os"
 func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 	return os.OpenFile(name, flag, perm)
 }
+
+// datasync makes what was written to f durable.
+func datasync(f *os.File) error { return f.Sync() }
+
+// dropCache does nothing here (see pagecache_linux.go).
+func dropCache(*os.File) {}

@@ -296,8 +296,8 @@ type genMark struct {
 
 // writeMark records, in Save's transaction, that generation gen is the
 // newest and base (nil: none) the one kept.
-func writeMark(tx *bolt.Tx, b *bolt.Bucket, gen uint64, base *record) error {
-	mb, err := tx.CreateBucketIfNotExists(bucketMark)
+func writeMark(tx wtx, b *wbucket, gen uint64, base *record) error {
+	mb, err := tx.createBucketIfNotExists(bucketMark)
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,9 @@ type tuning struct {
 	// fits one page they are deleted at once, since that page is written
 	// anyway.
 	dropBatch uint64
+	// journalSize is the size of the journal (journal.go); 0 turns it off,
+	// so that every Save commits to bbolt.
+	journalSize int64
 }
 
 func defaultTuning() tuning {
@@ -79,6 +82,7 @@ func defaultTuning() tuning {
 		// and splits it again.
 		fillPercent: 0.7,
 		dropBatch:   32,
+		journalSize: defaultJournalSize,
 	}
 }
 
@@ -126,6 +130,11 @@ type agentStore struct {
 	mu     sync.Mutex // guards the fields below
 	db     *bolt.DB   // nil until the first operation that needs it, after Delete and after Close
 	closed bool       // set by Store.Close; every later operation fails with ErrClosed
+	// tx holds the Saves written to the journal since the last fold, and
+	// every read goes through it; nil when there are none.
+	tx *bolt.Tx
+	// jr is the agent's journal, open while db is.
+	jr *journal
 	// cache is the generation last saved or loaded: what the next Save
 	// appends to. Nil when unknown (nothing loaded or saved yet since the
 	// file was opened, or the last Save failed), which makes the next Save
@@ -327,7 +336,143 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	}
 	a.db = db
 	a.cache = nil
+	if err := s.replay(a); err != nil {
+		_ = db.Close()
+		a.db = nil
+		return false, err
+	}
 	return true, nil
+}
+
+// replay opens the agent's journal and applies the records state.db does
+// not hold yet to a new transaction, a.tx (see journal.go). a.mu is held
+// and a.db open, with no transaction.
+func (s *Store) replay(a *agentStore) (err error) {
+	var folded uint64
+	var foldedErr error
+	if err := view(a.db, func(tx *bolt.Tx) error {
+		mb := tx.Bucket(bucketMark)
+		folded, foldedErr = readFolded(mb)
+		if foldedErr == nil && (mb == nil || mb.Get(keyFolded) == nil) && tx.Bucket(bucketSnapshot) != nil {
+			// Saved to, but no journal mark: a file of an older version,
+			// which has no journal, or a damaged mark bucket.
+			foldedErr = errNoFolded
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	jr, r, err := readJournal(journalPath(a.path), folded, s.tune.journalSize)
+	if err != nil {
+		return fmt.Errorf("journal: %w", err)
+	}
+	switch {
+	case errors.Is(foldedErr, errNoFolded) && jr.f == nil:
+		// A file of an older version: it has no journal either. Its next
+		// Save commits to bbolt, which writes the mark before any record.
+		jr.off = jr.size
+	case foldedErr != nil:
+		// Which records are newer than state.db is unknown: none is
+		// replayed, and the next Save commits to bbolt, with a number
+		// above every record in the file.
+		s.log.Error().Str("agent", a.id).Str("file", a.path).Err(foldedErr).
+			Msg("the journal's mark in the store is damaged: loading the store without the journal, whose last saves are lost")
+		jr.next, jr.off, r.recs = r.top+1, jr.size, nil
+	}
+	if r.lost > 0 {
+		// The damaged record's Save and every one after it.
+		lost := r.top - (jr.next - 1)
+		s.log.Error().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).Uint64("lost", lost).
+			Msgf("the journal is damaged at record %d: the last %d saves are lost; loading the agent as it was before the damage", jr.next, lost)
+		// The next record must be numbered above the lost ones, or a
+		// crash could bring them back after it.
+		jr.next = r.top + 1
+		jr.off = jr.size
+	}
+	a.jr = jr
+	if len(r.recs) == 0 {
+		return nil
+	}
+	defer func() {
+		if err != nil {
+			if a.tx != nil {
+				_ = a.tx.Rollback()
+			}
+			a.tx = nil
+			_ = jr.close()
+			a.jr = nil
+		}
+	}()
+	defer catchDamage(a.path, &err)()
+	if a.tx, err = a.db.Begin(true); err != nil {
+		return err
+	}
+	for i, ops := range r.recs {
+		if err := applyOps(a.tx, ops, s.tune.fillPercent); err != nil {
+			return fmt.Errorf("%s: record %d: %v: %w", jr.path, folded+1+uint64(i), err, plugin.ErrCorrupt)
+		}
+	}
+	return nil
+}
+
+// fold commits a.tx to bbolt with the number of the last journal record it
+// holds, after which the journal starts again at its beginning. On error
+// the transaction is gone, and the caller rewinds.
+func (s *Store) fold(a *agentStore, tx *bolt.Tx) error {
+	a.tx = nil
+	if a.jr != nil {
+		if err := putFolded(tx, a.jr.next-1); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	if a.jr != nil {
+		a.jr.off = 0
+	}
+	return nil
+}
+
+// rewind forgets what a failed Save did: the transaction is rolled back and
+// the journal replayed from the file, as a restart would. a.mu is held.
+func (s *Store) rewind(a *agentStore) {
+	a.cache = nil
+	if a.tx != nil {
+		_ = a.tx.Rollback()
+		a.tx = nil
+	}
+	_ = a.jr.close()
+	a.jr = nil
+	if a.db == nil {
+		return
+	}
+	if err := s.replay(a); err != nil {
+		s.log.Error().Str("agent", a.id).Err(err).Msg("the journal could not be read again after a failed save; closing the store of the agent")
+		_ = a.db.Close()
+		a.db = nil
+	}
+}
+
+// end folds the Saves this process wrote to the journal into state.db
+// and closes the journal, before the file is closed; a process that only
+// read writes nothing. a.mu is held.
+func (s *Store) end(a *agentStore) error {
+	var err error
+	switch {
+	case a.tx == nil:
+	case a.jr.appended:
+		err = s.fold(a, a.tx)
+	default:
+		err = a.tx.Rollback()
+		a.tx = nil
+	}
+	if cerr := a.jr.close(); err == nil {
+		err = cerr
+	}
+	a.jr = nil
+	return err
 }
 
 // boltCheck runs bbolt's consistency check (tx.Check) in a read
@@ -377,6 +522,11 @@ func (s *Store) create(a *agentStore) error {
 	if err := db.Close(); err != nil {
 		return err
 	}
+	// A journal without its file is what a deleted agent left: it must
+	// not be replayed into the new one.
+	if err := os.Remove(journalPath(a.path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if err := os.Link(name, a.path); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
@@ -417,23 +567,41 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 	if _, err := s.open(a, true); err != nil {
 		return fmt.Errorf("bbolt: save %s: %w", id, err)
 	}
-	var st *state
-	err = update(a.db, func(tx *bolt.Tx) error {
-		var err error
-		st, err = s.write(tx, a, snap, body)
-		return err
-	})
+	st, err := s.save(a, snap, body)
 	if err != nil {
-		a.cache = nil // unknown what the file holds now: rewrite in full next time
+		s.rewind(a) // what the files hold is the truth, and the next Save rewrites the lists in full
 		return fmt.Errorf("bbolt: save %s: %w", id, err)
 	}
 	a.cache = st
 	return nil
 }
 
+// save writes snap in the agent's open transaction, or a new one, and makes
+// it durable: in the journal when it continues a generation the store knows
+// and fits, otherwise by committing to bbolt (a fold). On error the caller
+// rewinds.
+func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *state, err error) {
+	defer catchDamage(a.path, &err)()
+	tx := a.tx
+	if tx == nil {
+		if tx, err = a.db.Begin(true); err != nil {
+			return nil, err
+		}
+		a.tx = tx // rolled back by rewind on error
+	}
+	var log opLog
+	if st, err = s.write(wtx{Tx: tx, log: &log}, a, snap, body); err != nil {
+		return nil, err
+	}
+	if a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
+		return st, a.jr.append(log.b)
+	}
+	return st, s.fold(a, tx)
+}
+
 // write is the transaction of Save. It returns the state it wrote.
-func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []byte) (*state, error) {
-	b, err := tx.CreateBucketIfNotExists(bucketSnapshot)
+func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) (*state, error) {
+	b, err := tx.createBucketIfNotExists(bucketSnapshot)
 	if err != nil {
 		return nil, err
 	}
@@ -443,9 +611,9 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 	if a.cache != nil {
 		base = &a.cache.rec
 	} else {
-		base = newestRecord(b)
+		base = newestRecord(b.Bucket)
 	}
-	top, _ := lastKey(b, prefixRecord)
+	top, _ := lastKey(b.Bucket, prefixRecord)
 	st := &state{rec: record{Gen: top + 1}}
 	rec := &st.rec
 
@@ -511,7 +679,7 @@ func (s *Store) write(tx *bolt.Tx, a *agentStore, snap *agent.Snapshot, body []b
 		// dropped elements go at once. Otherwise they wait for a batch, so
 		// that most Saves do not write the page at the front of the list.
 		batch := s.tune.dropBatch
-		if singlePage(tx, b) {
+		if singlePage(tx.Tx, b.Bucket) {
 			batch = 1
 		}
 		if err := deleteBelow(b, prefixHistory, min(base.History.Start, rec.History.Start), batch); err != nil {
@@ -549,7 +717,7 @@ func singlePage(tx *bolt.Tx, b *bolt.Bucket) bool {
 // the whole list is written under fresh keys above every key in use, so that
 // prev's elements stay intact. enc returns an element's payload. writeList
 // returns the new range and the sums of its elements.
-func writeList(b *bolt.Bucket, prefix byte, prev *listRange, prevSums []uint32, seq uint64, n int, isNil bool,
+func writeList(b *wbucket, prefix byte, prev *listRange, prevSums []uint32, seq uint64, n int, isNil bool,
 	enc func(i int) ([]byte, error)) (listRange, []uint32, error) {
 	r := listRange{Seq: seq, Count: uint64(n), Nil: isNil}
 	from, sums, ok, err := continues(prev, prevSums, seq, n, enc)
@@ -559,7 +727,7 @@ func writeList(b *bolt.Bucket, prefix byte, prev *listRange, prevSums []uint32, 
 	if ok {
 		r.Start = prev.Start + (seq - prev.Seq)
 	} else {
-		last, found := lastKey(b, prefix)
+		last, found := lastKey(b.Bucket, prefix)
 		if found {
 			r.Start = last + 1
 		}
@@ -654,7 +822,7 @@ func newestRecord(b *bolt.Bucket) *record {
 }
 
 // deleteRecords deletes every generation record but keep and newest.
-func deleteRecords(b *bolt.Bucket, keep, newest uint64) error {
+func deleteRecords(b *wbucket, keep, newest uint64) error {
 	var doomed [][]byte
 	c := b.Cursor()
 	for k, _ := c.Seek([]byte{prefixRecord}); k != nil && k[0] == prefixRecord; k, _ = c.Next() {
@@ -673,7 +841,7 @@ func deleteRecords(b *bolt.Bucket, keep, newest uint64) error {
 // deleteBelow deletes the elements under prefix with a key below limit,
 // once there are batch keys' worth of them. Its cost is proportional to what
 // it deletes.
-func deleteBelow(b *bolt.Bucket, prefix byte, limit, batch uint64) error {
+func deleteBelow(b *wbucket, prefix byte, limit, batch uint64) error {
 	c := b.Cursor()
 	k, _ := c.Seek([]byte{prefix})
 	if first, ok := keyNum(prefix, k); !ok || first >= limit || limit-first < batch {
@@ -718,7 +886,7 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	}
 	var snap *agent.Snapshot
 	var st *state
-	err = view(a.db, func(tx *bolt.Tx) error {
+	err = s.view(a, func(tx *bolt.Tx) error {
 		var err error
 		snap, st, err = s.read(tx, a)
 		return err
@@ -734,25 +902,33 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 // view runs fn in a read transaction, turning a bbolt panic on a damaged
 // page into ErrCorrupt.
 func view(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
-		}
-	}()
+	defer catchDamage(db.Path(), &err)()
 	return db.View(fn)
 }
 
-// update runs fn in a write transaction, turning a bbolt panic on a damaged
-// page into ErrCorrupt; bbolt rolls the transaction back first.
-func update(db *bolt.DB, fn func(tx *bolt.Tx) error) (err error) {
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
+// catchDamage makes a memory fault a panic until the function it is
+// deferred in returns, and turns a panic there (bbolt's, on a damaged page)
+// into an error wrapping ErrCorrupt that names path:
+//
+//	defer catchDamage(path, &err)()
+func catchDamage(path string, err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
 		if r := recover(); r != nil {
-			err = fmt.Errorf("%s is damaged (%v): %w", db.Path(), r, plugin.ErrCorrupt)
+			*err = fmt.Errorf("%s is damaged (%v): %w", path, r, plugin.ErrCorrupt)
 		}
-	}()
-	return db.Update(fn)
+	}
+}
+
+// view runs fn on what the agent's Saves left: in the transaction holding
+// the journaled ones, or else in a read transaction. a.mu is held.
+func (s *Store) view(a *agentStore, fn func(tx *bolt.Tx) error) (err error) {
+	if a.tx == nil {
+		return view(a.db, fn)
+	}
+	defer catchDamage(a.path, &err)()
+	return fn(a.tx)
 }
 
 // read is the transaction of Load. A file that was ever written never reads
@@ -965,8 +1141,17 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 func (s *Store) remove(a *agentStore) error {
 	rmErr := os.Remove(a.path)
 	var closeErr error
+	if a.tx != nil {
+		_ = a.tx.Rollback()
+		a.tx = nil
+	}
+	_ = a.jr.close()
+	a.jr = nil
 	if a.db != nil {
 		closeErr = a.db.Close()
+	}
+	if err := os.Remove(journalPath(a.path)); err != nil && !errors.Is(err, fs.ErrNotExist) && rmErr == nil {
+		rmErr = err
 	}
 	a.db, a.cache = nil, nil
 	if rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
@@ -1027,6 +1212,9 @@ func (s *Store) Close() error {
 		a.mu.Lock()
 		a.closed = true
 		if a.db != nil {
+			if err := s.end(a); err != nil {
+				errs = append(errs, fmt.Errorf("bbolt: close %s: the journal's last saves stay in the journal: %w", a.id, err))
+			}
 			if err := a.db.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("bbolt: close %s: %w", a.id, err))
 			}

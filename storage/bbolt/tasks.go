@@ -18,8 +18,8 @@ import (
 // Seq of at least next into the task index, prunes the index beyond
 // retention, and returns the new next. A result whose task id is not a valid
 // id (agent.ValidateID) cannot be looked up and is skipped with a warning.
-func (s *Store) index(tx *bolt.Tx, snap *agent.Snapshot, next uint64) (uint64, error) {
-	b := tx.Bucket(bucketTasks)
+func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64) (uint64, error) {
+	b := tx.bucket(bucketTasks)
 	newNext := next
 	for i := range snap.Outbox {
 		r := &snap.Outbox[i]
@@ -36,7 +36,7 @@ func (s *Store) index(tx *bolt.Tx, snap *agent.Snapshot, next uint64) (uint64, e
 		}
 		if b == nil {
 			var err error
-			if b, err = tx.CreateBucket(bucketTasks); err != nil {
+			if b, err = tx.createBucketIfNotExists(bucketTasks); err != nil {
 				return 0, err
 			}
 		}
@@ -54,7 +54,7 @@ func (s *Store) index(tx *bolt.Tx, snap *agent.Snapshot, next uint64) (uint64, e
 
 // putResult indexes one result by task id and by the time it finished
 // (the snapshot's time when it does not say).
-func putResult(b *bolt.Bucket, r *agent.Result, snapMs int64) error {
+func putResult(b *wbucket, r *agent.Result, snapMs int64) error {
 	js, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("result %s: %w", r.TaskID, err)
@@ -64,7 +64,7 @@ func putResult(b *bolt.Bucket, r *agent.Result, snapMs int64) error {
 		ms = snapMs
 	}
 	tk := timeKey(ms, r.Seq)
-	count, err := taskCount(b)
+	count, err := taskCount(b.Bucket)
 	if err != nil {
 		return err
 	}
@@ -85,8 +85,8 @@ func putResult(b *bolt.Bucket, r *agent.Result, snapMs int64) error {
 // prune deletes the oldest entries of the index while there are more than
 // Retention.MaxTasks or they finished more than Retention.MaxAgeMs before the
 // snapshot's time, at most pruneLimit of them.
-func (s *Store) prune(b *bolt.Bucket, snap *agent.Snapshot) error {
-	count, err := taskCount(b)
+func (s *Store) prune(b *wbucket, snap *agent.Snapshot) error {
+	count, err := taskCount(b.Bucket)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func taskCount(b *bolt.Bucket) (uint64, error) {
 	return n, nil
 }
 
-func putTaskCount(b *bolt.Bucket, n uint64) error {
+func putTaskCount(b *wbucket, n uint64) error {
 	if old := []byte{keyTaskCountOld}; b.Get(old) != nil {
 		if err := b.Delete(old); err != nil {
 			return err
@@ -216,7 +216,7 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 		return nil, notFound
 	}
 	var r *agent.Result
-	err = view(a.db, func(tx *bolt.Tx) error {
+	err = s.view(a, func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTasks)
 		if b == nil {
 			return notFound

@@ -54,7 +54,7 @@ func TestTaskCountKeyLast(t *testing.T) {
 	}
 	snap.Outbox = []agent.Result{result(50, snap.Timestamp)}
 	mustSave(t, s, snap)
-	if err := db.View(func(tx *bolt.Tx) error {
+	if err := agentDB(t, s, "cnt").View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTasks)
 		if b.Get([]byte{keyTaskCountOld}) != nil {
 			t.Error("the old count key is still there")

@@ -1,0 +1,463 @@
+package bbolt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/openstarry/openstarry-edge/core/atomicfile"
+)
+
+// The journal: what makes most Saves cost one or two pages of the disk.
+//
+// A bbolt commit writes every page it changed, and every page above them,
+// at new places (copy on write), then the meta page: ten to twelve 4 KiB
+// pages for one task on an agent with a working task index
+// (docs/wear.md). So a Save that continues the previous one does not
+// commit. Its changes, the puts and deletes of its transaction, are
+// appended as one record to the agent's journal, {dir}/{id}/state.journal,
+// and one fdatasync of the journal makes them durable: that is the Save's
+// commit point. The bbolt transaction stays open and holds them; every
+// read of the agent (Load, TaskResult) goes through it. When the next
+// record does not fit the journal, the transaction is committed with
+// bbolt's two syncs (a fold), together with the number of the last record
+// it holds (key 'j' of the mark bucket), and the journal starts again at
+// its beginning. A page that many Saves change is written once a fold.
+//
+// Opening the file replays, into a new transaction, the records that
+// follow the folded number. Records are read from offset 0; each must carry
+// the next number and a good CRC-32C. The first one that does not ends the
+// journal: the record a crash cut short, or one left from before the last
+// fold (its number is not above the folded one), or zeros. A good record
+// with a higher number found after that end means the journal was damaged
+// in between: the Saves after the damage are lost, and opening says so
+// with an error-level log line; the agent goes on from the last good one.
+// Replaying writes nothing.
+//
+// The first Save after opening, unless it follows a Load (the store does
+// not know the previous generation), and every Save too large for the
+// journal, commit to bbolt directly, as Saves did before the journal: an
+// agent's first Save is in state.db itself, so a damaged journal can cost
+// the last Saves, never the agent.
+//
+// The journal file has its whole size from its creation (zeros, synced,
+// and its name synced in the directory), so that a Save's fdatasync never
+// has to write the file's size or its blocks' map.
+
+// JournalName is the name of an agent's journal inside its directory.
+const JournalName = "state.journal"
+
+// defaultJournalSize is the journal's size: the bytes of records between
+// two folds. An echo task's record is about 1.5 KiB, so a fold comes every
+// eighty tasks or so.
+const defaultJournalSize = 128 << 10
+
+// A record is a header and the operations of one Save:
+//
+//	4 bytes  CRC-32C (Castagnoli) of everything after it
+//	4 bytes  length of the operations, big endian
+//	8 bytes  the record's number, big endian, from 1
+//	         the operations
+//
+// An operation is a kind ('p' put, 'd' delete, 'c' create the bucket), the
+// bucket (opBucketIDs), then the key and, for a put, the value, each as a
+// uvarint length and the bytes.
+const journalHeader = 16
+
+const (
+	opPut    byte = 'p'
+	opDelete byte = 'd'
+	opCreate byte = 'c'
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// keyFolded, in the mark bucket: the number of the last journal record
+// that state.db holds (8 bytes big endian), framed.
+var keyFolded = []byte{'j'}
+
+// bucketID is the byte an operation names bucket name with.
+func bucketID(name []byte) (byte, error) {
+	switch string(name) {
+	case string(bucketSnapshot):
+		return 's', nil
+	case string(bucketTasks):
+		return 't', nil
+	case string(bucketMark):
+		return 'm', nil
+	}
+	return 0, fmt.Errorf("no journal id for bucket %q", name)
+}
+
+func bucketOfID(id byte) []byte {
+	switch id {
+	case 's':
+		return bucketSnapshot
+	case 't':
+		return bucketTasks
+	case 'm':
+		return bucketMark
+	}
+	return nil
+}
+
+// opLog collects the operations of one Save.
+type opLog struct{ b []byte }
+
+func (l *opLog) add(kind, bucket byte, k, v []byte) {
+	l.b = append(l.b, kind, bucket)
+	l.b = binary.AppendUvarint(l.b, uint64(len(k)))
+	l.b = append(l.b, k...)
+	if kind == opPut {
+		l.b = binary.AppendUvarint(l.b, uint64(len(v)))
+		l.b = append(l.b, v...)
+	}
+}
+
+// wtx is Save's transaction: what it changes is also logged for the
+// journal.
+type wtx struct {
+	*bolt.Tx
+	log *opLog
+}
+
+// wbucket is a bucket of a wtx.
+type wbucket struct {
+	*bolt.Bucket
+	id  byte
+	log *opLog
+}
+
+func (b *wbucket) Put(k, v []byte) error {
+	if err := b.Bucket.Put(k, v); err != nil {
+		return err
+	}
+	b.log.add(opPut, b.id, k, v)
+	return nil
+}
+
+func (b *wbucket) Delete(k []byte) error {
+	if err := b.Bucket.Delete(k); err != nil {
+		return err
+	}
+	b.log.add(opDelete, b.id, k, nil)
+	return nil
+}
+
+// bucket returns the bucket name, nil when it does not exist.
+func (t wtx) bucket(name []byte) *wbucket {
+	b := t.Tx.Bucket(name)
+	if b == nil {
+		return nil
+	}
+	id, _ := bucketID(name)
+	return &wbucket{Bucket: b, id: id, log: t.log}
+}
+
+// createBucketIfNotExists returns the bucket name, creating it if needed.
+func (t wtx) createBucketIfNotExists(name []byte) (*wbucket, error) {
+	if b := t.bucket(name); b != nil {
+		return b, nil
+	}
+	id, err := bucketID(name)
+	if err != nil {
+		return nil, err
+	}
+	b, err := t.Tx.CreateBucket(name)
+	if err != nil {
+		return nil, err
+	}
+	t.log.add(opCreate, id, name, nil)
+	return &wbucket{Bucket: b, id: id, log: t.log}, nil
+}
+
+// eachOp calls fn for every operation of ops, in order, and fails on the
+// first that does not decode or that bbolt would refuse (an empty key, a
+// key or value too long).
+func eachOp(ops []byte, fn func(kind byte, bucket, k, v []byte) error) error {
+	field := func(max int) ([]byte, error) {
+		n, w := binary.Uvarint(ops)
+		if w <= 0 || n > uint64(max) || n > uint64(len(ops)-w) {
+			return nil, errors.New("an operation is cut short or too long")
+		}
+		f := ops[w : w+int(n)]
+		ops = ops[w+int(n):]
+		return f, nil
+	}
+	for len(ops) > 0 {
+		if len(ops) < 2 {
+			return errors.New("an operation is cut short")
+		}
+		kind, id := ops[0], ops[1]
+		bucket := bucketOfID(id)
+		ops = ops[2:]
+		if bucket == nil {
+			return fmt.Errorf("an operation on an unknown bucket %q", id)
+		}
+		k, err := field(bolt.MaxKeySize)
+		if err != nil {
+			return err
+		}
+		var v []byte
+		switch kind {
+		case opPut:
+			if len(k) == 0 {
+				return errors.New("a put without a key")
+			}
+			if v, err = field(bolt.MaxValueSize); err != nil {
+				return err
+			}
+		case opDelete:
+			if len(k) == 0 {
+				return errors.New("a delete without a key")
+			}
+		case opCreate:
+		default:
+			return fmt.Errorf("an operation of unknown kind %q", kind)
+		}
+		if err := fn(kind, bucket, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applyOps applies the operations of one record to tx, whole or (when they
+// do not decode) not at all.
+func applyOps(tx *bolt.Tx, ops []byte, fill float64) error {
+	if err := eachOp(ops, func(byte, []byte, []byte, []byte) error { return nil }); err != nil {
+		return err
+	}
+	return eachOp(ops, func(kind byte, name, k, v []byte) error {
+		b, err := tx.CreateBucketIfNotExists(name)
+		if err != nil {
+			return err
+		}
+		if string(name) == string(bucketSnapshot) {
+			b.FillPercent = fill
+		}
+		switch kind {
+		case opPut:
+			// bbolt keeps key and value until the commit: ops is the
+			// record's own copy, never reused.
+			return b.Put(k, v)
+		case opDelete:
+			return b.Delete(k)
+		}
+		return nil
+	})
+}
+
+// appendRecord appends the record numbered seq of ops to dst.
+func appendRecord(dst []byte, seq uint64, ops []byte) []byte {
+	start := len(dst)
+	dst = append(dst, make([]byte, journalHeader)...)
+	binary.BigEndian.PutUint32(dst[start+4:], uint32(len(ops)))
+	binary.BigEndian.PutUint64(dst[start+8:], seq)
+	dst = append(dst, ops...)
+	binary.BigEndian.PutUint32(dst[start:], crc32.Checksum(dst[start+4:], castagnoli))
+	return dst
+}
+
+// recordAt returns the operations and the length of a good record at off
+// in buf, whatever its number, and the number.
+func recordAt(buf []byte, off int) (ops []byte, n int, seq uint64, ok bool) {
+	if off < 0 || len(buf)-off < journalHeader {
+		return nil, 0, 0, false
+	}
+	h := buf[off:]
+	size := binary.BigEndian.Uint32(h[4:])
+	seq = binary.BigEndian.Uint64(h[8:])
+	if seq == 0 || uint64(size) > uint64(len(h)-journalHeader) {
+		return nil, 0, 0, false
+	}
+	n = journalHeader + int(size)
+	if crc32.Checksum(h[4:n], castagnoli) != binary.BigEndian.Uint32(h) {
+		return nil, 0, 0, false
+	}
+	return h[journalHeader:n], n, seq, true
+}
+
+// journal is an agent's open journal.
+type journal struct {
+	path string
+	f    *os.File // nil until the first record is written, if the file did not exist
+	size int64    // the file's size: no record goes past it
+	off  int64    // where the next record goes
+	next uint64   // the number of the next record
+	buf  []byte   // the record being written, reused
+	// appended is set once this process wrote a record; pages counts the
+	// 4 KiB pages of the file its records touched, each of which a Save's
+	// sync writes.
+	appended bool
+	pages    int64
+}
+
+// journalPath returns the journal beside the agent's file dbPath.
+func journalPath(dbPath string) string { return filepath.Join(filepath.Dir(dbPath), JournalName) }
+
+// replayed is what readJournal found.
+type replayed struct {
+	recs [][]byte // the operations of the records to replay, in order
+	// lost is the number of good records found past the end of the
+	// replayed ones with numbers above them: Saves lost to damage.
+	lost int
+	// end is the offset after the last replayed record.
+	end int64
+	// top is the highest number of any good record in the file.
+	top uint64
+}
+
+// readJournal opens the journal at path, if it exists, and reads the
+// records that follow number folded.
+func readJournal(path string, folded uint64, size int64) (*journal, *replayed, error) {
+	j := &journal{path: path, size: size, next: folded + 1}
+	r := &replayed{top: folded}
+	fi, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return j, r, nil
+	case err != nil:
+		return nil, nil, err
+	case !fi.Mode().IsRegular():
+		return nil, nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	f, err := openFile(path, os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, nil, err
+	}
+	buf, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	dropCache(f)
+	j.f = f
+	j.size = max(size, int64(len(buf)))
+	off := 0
+	for {
+		ops, n, seq, ok := recordAt(buf, off)
+		if !ok || seq != j.next {
+			break
+		}
+		r.recs = append(r.recs, ops)
+		off += n
+		j.next++
+	}
+	r.end = int64(off)
+	r.top = max(r.top, j.next-1)
+	// What follows is a record cut short, zeros or older records, unless
+	// the journal was damaged: then good records with higher numbers follow.
+	for i := off + 1; i <= len(buf)-journalHeader; i++ {
+		if _, n, seq, ok := recordAt(buf, i); ok {
+			r.top = max(r.top, seq)
+			if seq >= j.next {
+				r.lost++
+			}
+			i += n - 1
+		}
+	}
+	j.off = r.end
+	return j, r, nil
+}
+
+// append writes the record of ops under the next number and makes it
+// durable. It does not check that the record fits.
+func (j *journal) append(ops []byte) error {
+	if j.f == nil {
+		if err := j.create(); err != nil {
+			return err
+		}
+	}
+	j.buf = appendRecord(j.buf[:0], j.next, ops)
+	if _, err := j.f.WriteAt(j.buf, j.off); err != nil {
+		return err
+	}
+	if err := datasync(j.f); err != nil {
+		return err
+	}
+	j.pages += (j.off+int64(len(j.buf))-1)/4096 - j.off/4096 + 1
+	j.off += int64(len(j.buf))
+	j.next++
+	j.appended = true
+	return nil
+}
+
+// fits reports whether a record of n bytes of operations fits after the
+// records written.
+func (j *journal) fits(n int) bool { return j.off+journalHeader+int64(n) <= j.size }
+
+// create makes the journal file at its whole size, zeros, synced, with its
+// name synced in its directory.
+func (j *journal) create() error {
+	f, err := openFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(make([]byte, j.size), 0); err != nil {
+		f.Close()
+		os.Remove(j.path)
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		os.Remove(j.path)
+		return err
+	}
+	dropCache(f)
+	if err := atomicfile.SyncDir(filepath.Dir(j.path)); err != nil {
+		f.Close()
+		return err
+	}
+	j.f = f
+	return nil
+}
+
+// close closes the journal's file.
+func (j *journal) close() error {
+	if j == nil || j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
+}
+
+// errNoFolded: a store that was saved to has no journal mark.
+var errNoFolded = errors.New("the store has no journal mark")
+
+// readFolded returns the number of the last journal record state.db holds.
+func readFolded(mb *bolt.Bucket) (uint64, error) {
+	if mb == nil {
+		return 0, nil
+	}
+	v := mb.Get(keyFolded)
+	if v == nil {
+		return 0, nil
+	}
+	p, err := openFrame(keyFolded, v)
+	if err != nil {
+		return 0, err
+	}
+	if len(p) != 8 {
+		return 0, fmt.Errorf("%w: a folded number of %d bytes", errBadFrame, len(p))
+	}
+	return binary.BigEndian.Uint64(p), nil
+}
+
+// putFolded records in tx that state.db holds every journal record up to
+// number n.
+func putFolded(tx *bolt.Tx, n uint64) error {
+	mb, err := tx.CreateBucketIfNotExists(bucketMark)
+	if err != nil {
+		return err
+	}
+	return mb.Put(keyFolded, appendFrame(nil, keyFolded, binary.BigEndian.AppendUint64(nil, n)))
+}

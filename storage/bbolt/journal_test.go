@@ -1,0 +1,351 @@
+package bbolt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/storage/storagetest"
+)
+
+// journaled saves n generations of agent id (ticks 1..n) on a store that
+// stays open, and returns the store and the snapshots saved. The first
+// Save commits to bbolt, the others go to the journal.
+func journaled(t *testing.T, dir, id string, n int) (*Store, []*agent.Snapshot) {
+	t.Helper()
+	s := mustOpen(t, dir, Options{})
+	var saved []*agent.Snapshot
+	snap := storagetest.Sample(id, 1)
+	for i := 0; i < n; i++ {
+		snap = snap.Clone()
+		snap.TickIndex = uint64(i + 1)
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: fmt.Sprintf("m%d", i)})
+		seq := snap.NextResultSeq
+		snap.NextResultSeq++
+		snap.Outbox = append(snap.Outbox, agent.Result{Seq: seq, TaskID: fmt.Sprintf("task%d", i), AgentID: id, Status: "done"})
+		mustSave(t, s, snap)
+		saved = append(saved, snap)
+	}
+	return s, saved
+}
+
+// copyAgent copies the files of agent id in dir, as a machine that stops
+// dead leaves them, to a new directory, changed by edit (nil: as they
+// are), and returns that directory.
+func copyAgent(t *testing.T, dir, id string, edit func(name string, b []byte) []byte) string {
+	t.Helper()
+	to := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(to, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{FileName, JournalName} {
+		b, err := os.ReadFile(filepath.Join(dir, id, name))
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if edit != nil {
+			b = edit(name, b)
+		}
+		if err := os.WriteFile(filepath.Join(to, id, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return to
+}
+
+// records returns the offsets of the good records of a journal, from 0.
+func records(b []byte) []int {
+	var offs []int
+	for off := 0; ; {
+		_, n, _, ok := recordAt(b, off)
+		if !ok {
+			return offs
+		}
+		offs = append(offs, off)
+		off += n
+	}
+}
+
+// TestJournalSavesOnePage: Saves that continue one another go to the
+// journal, not to bbolt, and each touches one or two of its pages.
+func TestJournalSavesOnePage(t *testing.T) {
+	dir := t.TempDir()
+	s, saved := journaled(t, dir, "j", 1)
+	db := agentDB(t, s, "j")
+	written := func() int64 { st := db.Stats(); return st.TxStats.GetWrite() }
+	commits := written()
+	a, _ := s.agents.Get("j")
+	snap := saved[0]
+	for i := 0; i < 20; i++ {
+		snap = snap.Clone()
+		snap.TickIndex++
+		mustSave(t, s, snap)
+	}
+	if w := written(); w != commits {
+		t.Errorf("20 Saves wrote %d pages of state.db, want none (all in the journal)", w-commits)
+	}
+	if a.jr.pages < 20 || a.jr.pages > 40 {
+		t.Errorf("20 Saves touched %d pages of the journal, want 20 to 40", a.jr.pages)
+	}
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "j", nil), Options{}), snap)
+}
+
+// TestJournalFolds: Saves past the journal's size are folded into state.db
+// and the journal starts again at its beginning; a stop at any point loads
+// the last Save.
+func TestJournalFolds(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, Options{tune: func(tu *tuning) { tu.journalSize = 8 << 10 }})
+	w := newWindow("fold", 40, 300)
+	mustSave(t, s, w.snap)
+	a, _ := s.agents.Get("fold")
+	folds := 0
+	for i := 0; i < 200; i++ {
+		off := a.jr.off
+		snap := w.step()
+		mustSave(t, s, snap)
+		if a.jr.off < off {
+			folds++
+		}
+		if i%37 == 0 {
+			checkLoad(t, mustOpen(t, copyAgent(t, dir, "fold", nil), Options{}), snap)
+		}
+	}
+	if folds < 5 {
+		t.Fatalf("%d folds in 200 Saves of an 8 KiB journal", folds)
+	}
+	last := w.snap
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// A clean Close folds: state.db alone holds the last Save.
+	to := t.TempDir()
+	b, err := os.ReadFile(filepath.Join(dir, "fold", FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(filepath.Join(to, "fold"), 0o700)
+	if err := os.WriteFile(filepath.Join(to, "fold", FileName), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	checkLoad(t, mustOpen(t, to, Options{}), last)
+}
+
+// TestJournalTornRecord: a record cut short or damaged, as a crash in the
+// middle of a Save leaves it, is not replayed: the Save before it loads,
+// and the next Save overwrites it.
+func TestJournalTornRecord(t *testing.T) {
+	for _, how := range []string{"cut", "flipped", "zeroed"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			_, saved := journaled(t, dir, "torn", 6)
+			to := copyAgent(t, dir, "torn", func(name string, b []byte) []byte {
+				if name != JournalName {
+					return b
+				}
+				offs := records(b)
+				if len(offs) != 5 {
+					t.Fatalf("%d records in the journal, want 5", len(offs))
+				}
+				last := offs[len(offs)-1]
+				_, n, _, _ := recordAt(b, last)
+				switch how {
+				case "cut":
+					clear(b[last+n/2 : last+n])
+				case "flipped":
+					b[last+n-3] ^= 0x10
+				default:
+					clear(b[last : last+journalHeader])
+				}
+				return b
+			})
+			s2, err := Open(to, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkLoad(t, s2, saved[4])
+			next := saved[4].Clone()
+			next.TickIndex = 99
+			mustSave(t, s2, next)
+			if err := s2.Close(); err != nil {
+				t.Fatal(err)
+			}
+			checkLoad(t, mustOpen(t, copyAgent(t, to, "torn", nil), Options{}), next)
+		})
+	}
+}
+
+// TestJournalDamagedMiddle: a record damaged with good ones after it loses
+// the Saves from it on, says so at error level, and the records written
+// after that are numbered above the lost ones, so that none of them comes
+// back.
+func TestJournalDamagedMiddle(t *testing.T) {
+	dir := t.TempDir()
+	_, saved := journaled(t, dir, "mid", 8)
+	to := copyAgent(t, dir, "mid", func(name string, b []byte) []byte {
+		if name == JournalName {
+			off := records(b)[3] // the record of tick 5
+			b[off+journalHeader+2] ^= 0x01
+		}
+		return b
+	})
+	snap, err, logs := loadDamaged(t, to, "mid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.TickIndex != 4 {
+		t.Fatalf("loaded tick %d, want 4 (the last before the damage)", snap.TickIndex)
+	}
+	if l := logs.Lines("error", "the journal is damaged at record 4: the last 4 saves are lost"); len(l) != 1 {
+		t.Fatalf("no error line about the lost saves:\n%s", logs)
+	}
+	// The agent goes on from tick 4; its next Saves must win over the lost
+	// records after a crash too.
+	s := mustOpen(t, to, Options{})
+	next := saved[3]
+	for tick := uint64(10); tick < 13; tick++ {
+		if _, err := s.Load(ctx, "mid"); err != nil && tick == 10 {
+			t.Fatal(err)
+		}
+		next = next.Clone()
+		next.TickIndex = tick
+		mustSave(t, s, next)
+	}
+	checkLoad(t, mustOpen(t, copyAgent(t, to, "mid", nil), Options{}), next)
+}
+
+// TestJournalMarkDamaged: a damaged journal mark in state.db loads the
+// agent from state.db alone, with an error line; the journal is not
+// replayed on a guess.
+func TestJournalMarkDamaged(t *testing.T) {
+	dir := t.TempDir()
+	s, saved := journaled(t, dir, "mark", 3)
+	agentDB(t, s, "mark") // folds: state.db holds tick 3
+	mustSave(t, s, saved[2].Clone())
+	to := copyAgent(t, dir, "mark", nil)
+	db, err := bolt.Open(filepath.Join(to, "mark", FileName), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		v := append([]byte(nil), tx.Bucket(bucketMark).Get(keyFolded)...)
+		v[len(v)-1] ^= 0x04
+		return tx.Bucket(bucketMark).Put(keyFolded, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	snap, err, logs := loadDamaged(t, to, "mark")
+	if err != nil || snap.TickIndex != 3 {
+		t.Fatalf("Load = %v, %v; want tick 3", snap, err)
+	}
+	if len(logs.Lines("error", "the journal's mark in the store is damaged")) != 1 {
+		t.Fatalf("no error line about the mark:\n%s", logs)
+	}
+}
+
+// TestJournalOfDeletedAgent: an agent deleted and saved again never gets
+// the journal of the one before, even when a crash left that journal.
+func TestJournalOfDeletedAgent(t *testing.T) {
+	dir := t.TempDir()
+	s, saved := journaled(t, dir, "again", 5)
+	old, err := os.ReadFile(filepath.Join(dir, "again", JournalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Delete(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "again", JournalName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the journal outlived Delete: %v", err)
+	}
+	// A crash between the removal of state.db and that of the journal.
+	os.MkdirAll(filepath.Join(dir, "again"), 0o700)
+	if err := os.WriteFile(filepath.Join(dir, "again", JournalName), old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh := storagetest.Sample("again", 1)
+	fresh.TickIndex = 1
+	mustSave(t, s, fresh)
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "again", nil), Options{}), fresh)
+	_ = saved
+}
+
+// TestJournalSymlinkRefused: a journal that is a symlink is not followed.
+func TestJournalSymlinkRefused(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := journaled(t, dir, "link", 3)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	jp := filepath.Join(dir, "link", JournalName)
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	if err := os.Rename(jp, target); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, jp); err != nil {
+		t.Fatal(err)
+	}
+	_, err, _ := loadDamaged(t, dir, "link")
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("Load = %v; want a refusal of the symlink", err)
+	}
+}
+
+// FuzzJournal: the journal's decoders (recordAt, eachOp) on any bytes
+// neither panic nor pass on an operation bbolt would refuse.
+func FuzzJournal(f *testing.F) {
+	f.Add([]byte{})
+	f.Add(appendRecord(nil, 1, nil))
+	var l opLog
+	l.add(opPut, 's', []byte("x"), []byte("y"))
+	l.add(opDelete, 't', []byte("k"), nil)
+	l.add(opCreate, 'm', bucketMark, nil)
+	f.Add(appendRecord(nil, 1, l.b))
+	f.Add(binary.BigEndian.AppendUint64(make([]byte, 8), 1))
+	f.Fuzz(func(t *testing.T, journal []byte) {
+		for off := 0; off <= len(journal); off++ {
+			ops, n, _, ok := recordAt(journal, off)
+			if ok && (n < journalHeader || len(ops) != n-journalHeader) {
+				t.Fatalf("record at %d: %d bytes, %d of operations", off, n, len(ops))
+			}
+			if ok {
+				_ = eachOp(ops, func(kind byte, bucket, k, v []byte) error {
+					if bucket == nil || (kind != opCreate && len(k) == 0) {
+						t.Fatalf("eachOp passed a bad operation %q %q %q", kind, bucket, k)
+					}
+					return nil
+				})
+			}
+		}
+	})
+}
+
+// TestJournalAfterUpgrade: a file of a version without the journal has no
+// journal mark; its first Save commits to bbolt and writes the mark, so that
+// the journaled Saves after it are replayed after a crash.
+func TestJournalAfterUpgrade(t *testing.T) {
+	dir := t.TempDir()
+	storagetest.Gunzip(t, filepath.Join("testdata", "v1-state.db.gz"), filepath.Join(dir, "v1agent", FileName))
+	s := mustOpen(t, dir, Options{})
+	snap, err := s.Load(ctx, "v1agent")
+	if err != nil || snap == nil {
+		t.Fatalf("Load = %v, %v", snap, err)
+	}
+	for tick := uint64(20); tick < 24; tick++ {
+		snap = snap.Clone()
+		snap.TickIndex = tick
+		mustSave(t, s, snap)
+	}
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "v1agent", nil), Options{}), snap)
+}
