@@ -2,7 +2,9 @@ package main
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -57,7 +59,13 @@ var damageStores = []damageStore{
 		defer db.Close()
 		var used int64
 		_ = db.View(func(tx *bolt.Tx) error { used = tx.Size(); return nil })
-		return map[string]int64{path: used}
+		files := map[string]int64{path: used}
+		// The journal's records since the last fold: those a start replays.
+		jpath := filepath.Join(filepath.Dir(path), "state.journal")
+		if n := journalRecords(t, jpath); n > 0 {
+			files[jpath] = n
+		}
+		return files
 	}},
 	{"sqlite", []string{"--store", "sqlite://"}, func(t *testing.T, data string) map[string]int64 {
 		return sizes(t, filepath.Join(data, "state.db"), filepath.Join(data, "state.db-wal"))
@@ -67,6 +75,28 @@ var damageStores = []damageStore{
 		return sizes(t, filepath.Join(dir, damageAgent+".json"), filepath.Join(dir, damageAgent+".json.prev"),
 			filepath.Join(dir, damageAgent+".results.jsonl"), filepath.Join(dir, damageAgent+".results.jsonl.copy"))
 	}},
+}
+
+// journalRecords returns the length of the run of records at the start of
+// the bbolt journal at path: each a 16-byte header (CRC-32C, length of the
+// operations, number) and its operations, numbered one after the other.
+func journalRecords(t *testing.T, path string) int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("journal: %v", err)
+	}
+	off, seq := 0, uint64(0)
+	for len(b)-off >= 16 {
+		n := int(binary.BigEndian.Uint32(b[off+4:]))
+		next := binary.BigEndian.Uint64(b[off+8:])
+		if n > len(b)-off-16 || (seq != 0 && next != seq+1) || next == 0 ||
+			crc32.Checksum(b[off+4:off+16+n], crc32.MakeTable(crc32.Castagnoli)) != binary.BigEndian.Uint32(b[off:]) {
+			break
+		}
+		off, seq = off+16+n, next
+	}
+	return int64(off)
 }
 
 func sizes(t *testing.T, paths ...string) map[string]int64 {

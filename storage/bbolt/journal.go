@@ -35,11 +35,16 @@ import (
 // follow the folded number. Records are read from offset 0; each must carry
 // the next number and a good CRC-32C. The first one that does not ends the
 // journal: the record a crash cut short, or one left from before the last
-// fold (its number is not above the folded one), or zeros. A good record
-// with a higher number found after that end means the journal was damaged
-// in between: the Saves after the damage are lost, and opening says so
-// with an error-level log line; the agent goes on from the last good one.
-// Replaying writes nothing.
+// fold (its number is not above the folded one), or the fill of a new
+// journal. A good record with a higher number found after that end means
+// the journal was damaged in between: the Saves after the damage are lost,
+// and opening says so with an error-level log line; the agent goes on from
+// the last good one. The end says so at warning level when it looks like
+// damage rather than the place the next record goes: a record with the
+// next number that does not check (a power cut while it was written, or
+// damage), a 4 KiB page of zeros (which the journal never holds: it is
+// created filled with 0xff), or a file shorter than the journal. Replaying
+// writes nothing.
 //
 // The first Save after opening, unless it follows a Load (the store does
 // not know the previous generation), and every Save too large for the
@@ -47,7 +52,7 @@ import (
 // agent's first Save is in state.db itself, so a damaged journal can cost
 // the last Saves, never the agent.
 //
-// The journal file has its whole size from its creation (zeros, synced,
+// The journal file has its whole size from its creation (0xff, synced,
 // and its name synced in the directory), so that a Save's fdatasync never
 // has to write the file's size or its blocks' map.
 
@@ -311,6 +316,15 @@ type replayed struct {
 	lost int
 	// end is the offset after the last replayed record.
 	end int64
+	// torn is set when a record with the next number starts at end but
+	// does not check: cut short by a power cut while it was written, or
+	// damaged (its number too, when the rest checks with the next one).
+	torn bool
+	// zeroed is the offset of a 4 KiB page of zeros at or after end, or -1.
+	zeroed int64
+	// short is the file's size when it is smaller than the journal's: it
+	// was cut short.
+	short int64
 	// top is the highest number of any good record in the file.
 	top uint64
 }
@@ -319,7 +333,7 @@ type replayed struct {
 // records that follow number folded.
 func readJournal(path string, folded uint64, size int64) (*journal, *replayed, error) {
 	j := &journal{path: path, size: size, next: folded + 1}
-	r := &replayed{top: folded}
+	r := &replayed{top: folded, zeroed: -1}
 	fi, err := os.Lstat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -353,6 +367,16 @@ func readJournal(path string, folded uint64, size int64) (*journal, *replayed, e
 	}
 	r.end = int64(off)
 	r.top = max(r.top, j.next-1)
+	r.torn = tornAt(buf, off, j.next)
+	for p := off / journalPage * journalPage; p+journalPage <= len(buf); p += journalPage {
+		if isZero(buf[p : p+journalPage]) {
+			r.zeroed = int64(p)
+			break
+		}
+	}
+	if int64(len(buf)) < size {
+		r.short = int64(len(buf))
+	}
 	// What follows is a record cut short, zeros or older records, unless
 	// the journal was damaged: then good records with higher numbers follow.
 	for i := off + 1; i <= len(buf)-journalHeader; i++ {
@@ -366,6 +390,38 @@ func readJournal(path string, folded uint64, size int64) (*journal, *replayed, e
 	}
 	j.off = r.end
 	return j, r, nil
+}
+
+// journalPage is the page the journal's damage checks look at.
+const journalPage = 4096
+
+// tornAt reports whether a record numbered next starts at off in buf but
+// does not check, or checks only with its number set to next.
+func tornAt(buf []byte, off int, next uint64) bool {
+	if len(buf)-off < journalHeader {
+		return false
+	}
+	h := buf[off:]
+	if binary.BigEndian.Uint64(h[8:]) == next {
+		return true
+	}
+	size := binary.BigEndian.Uint32(h[4:])
+	if uint64(size) > uint64(len(h)-journalHeader) {
+		return false
+	}
+	c := crc32.Update(0, castagnoli, h[4:8])
+	c = crc32.Update(c, castagnoli, binary.BigEndian.AppendUint64(nil, next))
+	c = crc32.Update(c, castagnoli, h[journalHeader:journalHeader+int(size)])
+	return c == binary.BigEndian.Uint32(h)
+}
+
+func isZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // append writes the record of ops under the next number and makes it
@@ -394,14 +450,19 @@ func (j *journal) append(ops []byte) error {
 // records written.
 func (j *journal) fits(n int) bool { return j.off+journalHeader+int64(n) <= j.size }
 
-// create makes the journal file at its whole size, zeros, synced, with its
-// name synced in its directory.
+// create makes the journal file at its whole size, filled with 0xff (so
+// that a page of zeros in it is damage), synced, with its name synced in
+// its directory.
 func (j *journal) create() error {
 	f, err := openFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteAt(make([]byte, j.size), 0); err != nil {
+	fill := make([]byte, j.size)
+	for i := range fill {
+		fill[i] = 0xff
+	}
+	if _, err := f.WriteAt(fill, 0); err != nil {
 		f.Close()
 		os.Remove(j.path)
 		return err

@@ -105,7 +105,8 @@ func TestJournalSavesOnePage(t *testing.T) {
 // the last Save.
 func TestJournalFolds(t *testing.T) {
 	dir := t.TempDir()
-	s := mustOpen(t, dir, Options{tune: func(tu *tuning) { tu.journalSize = 8 << 10 }})
+	small := Options{tune: func(tu *tuning) { tu.journalSize = 8 << 10 }}
+	s := mustOpen(t, dir, small)
 	w := newWindow("fold", 40, 300)
 	mustSave(t, s, w.snap)
 	a, _ := s.agents.Get("fold")
@@ -118,7 +119,7 @@ func TestJournalFolds(t *testing.T) {
 			folds++
 		}
 		if i%37 == 0 {
-			checkLoad(t, mustOpen(t, copyAgent(t, dir, "fold", nil), Options{}), snap)
+			checkLoad(t, mustOpen(t, copyAgent(t, dir, "fold", nil), small), snap)
 		}
 	}
 	if folds < 5 {
@@ -141,11 +142,19 @@ func TestJournalFolds(t *testing.T) {
 	checkLoad(t, mustOpen(t, to, Options{}), last)
 }
 
-// TestJournalTornRecord: a record cut short or damaged, as a crash in the
-// middle of a Save leaves it, is not replayed: the Save before it loads,
-// and the next Save overwrites it.
+// TestJournalTornRecord: a last record cut short or damaged, as a power
+// cut in the middle of a Save leaves it, is not replayed: the Save before it
+// loads, with a warning when the record's header is there to say a record
+// was being written, and the next Save overwrites it. A journal file cut
+// short says so too.
 func TestJournalTornRecord(t *testing.T) {
-	for _, how := range []string{"cut", "flipped", "zeroed"} {
+	warnings := map[string]string{
+		"cut":       "the journal's record 5 does not check",
+		"flipped":   "the journal's record 5 does not check",
+		"zeroed":    "",
+		"truncated": "the journal is cut short",
+	}
+	for _, how := range []string{"cut", "flipped", "zeroed", "truncated"} {
 		t.Run(how, func(t *testing.T) {
 			dir := t.TempDir()
 			_, saved := journaled(t, dir, "torn", 6)
@@ -164,15 +173,22 @@ func TestJournalTornRecord(t *testing.T) {
 					clear(b[last+n/2 : last+n])
 				case "flipped":
 					b[last+n-3] ^= 0x10
-				default:
+				case "zeroed":
 					clear(b[last : last+journalHeader])
+				default:
+					b = b[:last+n/2]
 				}
 				return b
 			})
-			s2, err := Open(to, Options{})
-			if err != nil {
-				t.Fatal(err)
+			got, err, logs := loadDamaged(t, to, "torn")
+			if err != nil || encode(t, got) != encode(t, saved[4]) {
+				t.Fatalf("Load = %v; want tick 5", err)
 			}
+			warned := logs.Lines("warn", "journal")
+			if w := warnings[how]; w == "" && len(warned) > 0 || w != "" && (len(warned) != 1 || !strings.Contains(warned[0], w)) {
+				t.Fatalf("warnings %q, want %q", warned, w)
+			}
+			s2 := mustOpen(t, to, Options{})
 			checkLoad(t, s2, saved[4])
 			next := saved[4].Clone()
 			next.TickIndex = 99
@@ -348,4 +364,40 @@ func TestJournalAfterUpgrade(t *testing.T) {
 		mustSave(t, s, snap)
 	}
 	checkLoad(t, mustOpen(t, copyAgent(t, dir, "v1agent", nil), Options{}), snap)
+}
+
+// TestJournalDamagedEnd: damage where the journal ends, with no good record
+// after it, cannot say how many Saves it took, but it is told from the
+// place the next record goes, and said: a page of zeros (a new journal is
+// filled with 0xff), or a last record whose number is damaged.
+func TestJournalDamagedEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name, warning string
+		damage        func(b []byte, last int)
+	}{
+		{"zeroed page", "page of zeros", func(b []byte, last int) {
+			p := last / journalPage * journalPage
+			clear(b[p : p+journalPage])
+		}},
+		{"number flipped", "record 5 does not check", func(b []byte, last int) { b[last+15] ^= 0x02 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, saved := journaled(t, dir, "end", 6)
+			to := copyAgent(t, dir, "end", func(name string, b []byte) []byte {
+				if name == JournalName {
+					offs := records(b)
+					tc.damage(b, offs[len(offs)-1])
+				}
+				return b
+			})
+			got, err, logs := loadDamaged(t, to, "end")
+			if err != nil || got.TickIndex >= saved[5].TickIndex {
+				t.Fatalf("Load = %v, %v; want a tick before %d", got, err, saved[5].TickIndex)
+			}
+			if l := logs.Lines("warn", tc.warning); len(l) != 1 {
+				t.Fatalf("no warning %q:\n%s", tc.warning, logs)
+			}
+		})
+	}
 }

@@ -379,6 +379,18 @@ func (s *Store) replay(a *agentStore) (err error) {
 			Msg("the journal's mark in the store is damaged: loading the store without the journal, whose last saves are lost")
 		jr.next, jr.off, r.recs = r.top+1, jr.size, nil
 	}
+	switch {
+	case r.lost > 0:
+	case r.short > 0:
+		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Int64("size", r.short).Uint64("record", jr.next).
+			Msgf("the journal is cut short (%d of %d bytes): a save after record %d, if there was one, is lost", r.short, jr.size, jr.next-1)
+	case r.zeroed >= 0:
+		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Int64("offset", r.zeroed).Uint64("record", jr.next).
+			Msgf("the journal holds a page of zeros at %d, after record %d: damaged; the saves it held, if any, are lost", r.zeroed, jr.next-1)
+	case r.torn:
+		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).
+			Msgf("the journal's record %d does not check: cut short by a power cut while it was written (its save had not returned), or damaged (its save is lost)", jr.next)
+	}
 	if r.lost > 0 {
 		// The damaged record's Save and every one after it.
 		lost := r.top - (jr.next - 1)
