@@ -3,6 +3,7 @@ package broker
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mqtt "github.com/mochi-mqtt/server/v2"
@@ -68,7 +69,9 @@ type gate struct {
 	topic   string
 	created int64
 	sealed  bool // routing finished: no more deliveries join
-	open    bool
+	// open is set, under ackGate.mu, once the PUBACK may leave; the
+	// gateConn reads it under its own mutex, hence atomic.
+	open    atomic.Bool
 	pending map[delivery]pendingCopy
 	timer   *time.Timer
 }
@@ -129,9 +132,9 @@ func (a *ackGate) published(cl *mqtt.Client, pk packets.Packet) {
 // writes the PUBACKs that can leave. It is called with a.mu held, and
 // releases it.
 func (a *ackGate) openIfDone(g *gate) {
-	ready := g.sealed && !g.open && len(g.pending) == 0
+	ready := g.sealed && !g.open.Load() && len(g.pending) == 0
 	if ready {
-		g.open = true
+		g.open.Store(true)
 		g.timer.Stop()
 	}
 	a.mu.Unlock()
@@ -211,7 +214,7 @@ func (a *ackGate) loaded(client string, id uint16) {
 // expire stores the copies a gate still waits for and opens it.
 func (a *ackGate) expire(g *gate) {
 	a.mu.Lock()
-	if g.open {
+	if g.open.Load() {
 		a.mu.Unlock()
 		return
 	}
@@ -227,7 +230,7 @@ func (a *ackGate) expire(g *gate) {
 	}
 	g.pending = nil
 	g.sealed = true
-	g.open = true
+	g.open.Store(true)
 	a.mu.Unlock()
 	g.conn.release()
 }
@@ -285,7 +288,7 @@ func (c *gateConn) Write(p []byte) (int, error) {
 		hdr := 1 + varintLen(pkt[1:])
 		id := uint16(pkt[hdr])<<8 | uint16(pkt[hdr+1])
 		g := c.gates[id]
-		if len(c.held) > 0 || (g != nil && !g.open) {
+		if len(c.held) > 0 || (g != nil && !g.open.Load()) {
 			c.held = append(c.held, heldAck{id: id, raw: append([]byte(nil), pkt...)})
 			continue
 		}
@@ -307,7 +310,7 @@ func (c *gateConn) release() {
 	var out []byte
 	for len(c.held) > 0 {
 		h := c.held[0]
-		if g := c.gates[h.id]; g != nil && !g.open {
+		if g := c.gates[h.id]; g != nil && !g.open.Load() {
 			break
 		}
 		delete(c.gates, h.id)

@@ -132,7 +132,7 @@ func TestGateConnWrite(t *testing.T) {
 	if want := append(append([]byte(nil), publish...), 0xd0, 0); string(r.b) != string(want) {
 		t.Fatalf("passed % x, want % x", r.b, want)
 	}
-	g1.open = true
+	g1.open.Store(true)
 	c.release()
 	want := append(append(append(append([]byte(nil), publish...), 0xd0, 0), puback(1)...), puback(2)...)
 	if string(r.b) != string(want) {
@@ -173,7 +173,7 @@ func FuzzGateConnWrite(f *testing.F) {
 		if _, err := held.Write(p); err != nil {
 			t.Fatal(err)
 		}
-		closed.open = true
+		closed.open.Store(true)
 		held.release()
 		if len(r.b) != len(p) {
 			t.Fatalf("after release wrote %d bytes of %d", len(r.b), len(p))
