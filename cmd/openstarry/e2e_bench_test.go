@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"regexp"
+	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,7 +39,12 @@ import (
 //	            result is in: tasks/s, and x_1client, the rate over that of
 //	            one client in the same run (targets: 8 ≥ 4, 64 ≥ 8); over
 //	            HTTP each client has its own keep-alive connection, over MQTT
-//	            they share one connection, as the tasks of one hub do
+//	            they share one connection, as the tasks of one hub do;
+//	            cpu-ms/task, the processor time of the daemon (with its
+//	            embedded broker), the master and this process (the clients)
+//	            per task, and cpu_bound_tasks/s, the rate at which that
+//	            time fills every processor of the machine: the ceiling of
+//	            clients=N on this machine, whatever the disk
 //
 // Run: go test -run '^$' -bench EndToEnd -benchtime 300x ./cmd/openstarry/
 
@@ -46,6 +54,7 @@ func BenchmarkEndToEndHTTP(b *testing.B) {
 	data := dataDir(b)
 	c := startDaemon(b, daemonConfig(b, data, ""))
 	url := c.url() + "/agents/master/tasks?wait=10s"
+	cpu := applianceCPU(b, c)
 	var clients []*http.Client
 	send := func(client int, id string) error { return postWait(clients[client], url, id) }
 	// One keep-alive connection per client, as a client library keeps.
@@ -57,7 +66,7 @@ func BenchmarkEndToEndHTTP(b *testing.B) {
 			cl.CloseIdleConnections()
 		}
 	})
-	e2eCases(b, data, send)
+	e2eCases(b, data, cpu, send)
 }
 
 // BenchmarkEndToEndMQTT publishes tasks (QoS 1) to the master's task topic
@@ -73,7 +82,7 @@ func BenchmarkEndToEndMQTT(b *testing.B) {
 		}
 		url := "tcp://" + m[1]
 		c.waitLog("mqtt: connected to "+url, 20*time.Second)
-		e2eCases(b, data, mqttSender(b, url))
+		e2eCases(b, data, applianceCPU(b, c), mqttSender(b, url))
 	})
 	b.Run("mosquitto", func(b *testing.B) {
 		// set_tcp_nodelay: with Mosquitto's default (Nagle's algorithm on
@@ -84,7 +93,8 @@ func BenchmarkEndToEndMQTT(b *testing.B) {
 		data := dataDir(b)
 		c := startDaemon(b, daemonConfig(b, data, "mqtt:\n  broker: "+mq.URL()+"\n  device: bench\n"))
 		c.waitLog("mqtt: connected to "+mq.URL(), 20*time.Second)
-		e2eCases(b, data, mqttSender(b, mq.URL()))
+		cpu := applianceCPU(b, c)
+		e2eCases(b, data, func() time.Duration { return cpu() + cpuTime(mq.PID()) }, mqttSender(b, mq.URL()))
 	})
 }
 
@@ -143,10 +153,23 @@ func mqttSender(b *testing.B, url string) func(int, string) error {
 
 var e2eRun atomic.Int64
 
+// applianceCPU returns a function that reads the processor time the daemon
+// c, its master and this process have run so far.
+func applianceCPU(b *testing.B, c *child) func() time.Duration {
+	m := masterPIDRe.FindStringSubmatch(c.logs())
+	if m == nil {
+		b.Fatalf("no master pid in the daemon's log:\n%s", c.logs())
+	}
+	master, _ := strconv.Atoi(m[1])
+	daemon, self := c.cmd.Process.Pid, os.Getpid()
+	return func() time.Duration { return cpuTime(daemon) + cpuTime(master) + cpuTime(self) }
+}
+
 // e2eCases runs the sequential case and the clients=1, 8, 64 cases with
 // send, which sends task id as client number client (0..63) and returns
-// once its result is in.
-func e2eCases(b *testing.B, data string, send func(client int, id string) error) {
+// once its result is in; cpu reads the processor time of every process
+// involved.
+func e2eCases(b *testing.B, data string, cpu func() time.Duration, send func(client int, id string) error) {
 	run := e2eRun.Add(1)
 	// Warm up: every client's connection open, the agent's store grown.
 	for i := range 64 {
@@ -186,11 +209,15 @@ func e2eCases(b *testing.B, data string, send func(client int, id string) error)
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			n := max(b.N, 10*clients) // every client sends several
 			b.ResetTimer()
+			cpu0 := cpu()
 			el := runClients(b, clients, n, func(c int, i int64) error {
 				return send(c, fmt.Sprintf("c%d-%d-%d-%d", run, clients, b.N, i))
 			})
+			perTask := (cpu() - cpu0) / time.Duration(n)
 			rate := float64(n) / el.Seconds()
 			b.ReportMetric(rate, "tasks/s")
+			b.ReportMetric(float64(perTask)/1e6, "cpu-ms/task")
+			b.ReportMetric(float64(runtime.NumCPU())/perTask.Seconds(), "cpu_bound_tasks/s")
 			if clients == 1 {
 				one = rate
 			} else if one > 0 {

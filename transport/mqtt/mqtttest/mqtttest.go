@@ -189,6 +189,17 @@ func (m *Mosquitto) Start() {
 	}
 }
 
+// PID returns the process id of the running broker, 0 when it is not
+// running.
+func (m *Mosquitto) PID() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.cmd == nil || m.cmd.Process == nil {
+		return 0
+	}
+	return m.cmd.Process.Pid
+}
+
 // Kill SIGKILLs the broker and waits for it to exit.
 func (m *Mosquitto) Kill() { m.signal(syscall.SIGKILL) }
 
