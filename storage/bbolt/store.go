@@ -366,6 +366,7 @@ func (s *Store) replay(a *agentStore) (err error) {
 	if err != nil {
 		return fmt.Errorf("journal: %w", err)
 	}
+	// At most one line: the damage that decides where the agent goes on.
 	switch {
 	case errors.Is(foldedErr, errNoFolded) && jr.f == nil:
 		// A file of an older version: it has no journal either. Its next
@@ -378,9 +379,15 @@ func (s *Store) replay(a *agentStore) (err error) {
 		s.log.Error().Str("agent", a.id).Str("file", a.path).Err(foldedErr).
 			Msg("the journal's mark in the store is damaged: loading the store without the journal, whose last saves are lost")
 		jr.next, jr.off, r.recs = r.top+1, jr.size, nil
-	}
-	switch {
 	case r.lost > 0:
+		// The damaged record's Save and every one after it.
+		lost := r.top - (jr.next - 1)
+		s.log.Error().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).Uint64("lost", lost).
+			Msgf("the journal is damaged at record %d: the last %d saves are lost; loading the agent as it was before the damage", jr.next, lost)
+		// The next record must be numbered above the lost ones, or a
+		// crash could bring them back after it: the next Save commits to
+		// bbolt with that number.
+		jr.next, jr.off = r.top+1, jr.size
 	case r.short > 0:
 		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Int64("size", r.short).Uint64("record", jr.next).
 			Msgf("the journal is cut short (%d of %d bytes): a save after record %d, if there was one, is lost", r.short, jr.size, jr.next-1)
@@ -390,16 +397,6 @@ func (s *Store) replay(a *agentStore) (err error) {
 	case r.torn:
 		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).
 			Msgf("the journal's record %d does not check: cut short by a power cut while it was written (its save had not returned), or damaged (its save is lost)", jr.next)
-	}
-	if r.lost > 0 {
-		// The damaged record's Save and every one after it.
-		lost := r.top - (jr.next - 1)
-		s.log.Error().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).Uint64("lost", lost).
-			Msgf("the journal is damaged at record %d: the last %d saves are lost; loading the agent as it was before the damage", jr.next, lost)
-		// The next record must be numbered above the lost ones, or a
-		// crash could bring them back after it.
-		jr.next = r.top + 1
-		jr.off = jr.size
 	}
 	a.jr = jr
 	if len(r.recs) == 0 {
