@@ -47,10 +47,11 @@ import (
 // writes nothing.
 //
 // The first Save after opening, unless it follows a Load (the store does
-// not know the previous generation), and every Save too large for the
-// journal, commit to bbolt directly, as Saves did before the journal: an
-// agent's first Save is in state.db itself, so a damaged journal can cost
-// the last Saves, never the agent.
+// not know the previous generation), every Save too large for the journal,
+// and the first Save on a file of a version without the journal (so that
+// its mark exists before any record does) commit to bbolt directly, as
+// Saves did before the journal: an agent's first Save is in state.db
+// itself, so a damaged journal can cost the last Saves, never the agent.
 //
 // The journal file has its whole size from its creation (0xff, synced,
 // and its name synced in the directory), so that a Save's fdatasync never
@@ -72,7 +73,7 @@ const defaultJournalSize = 128 << 10
 //	         the operations
 //
 // An operation is a kind ('p' put, 'd' delete, 'c' create the bucket), the
-// bucket (opBucketIDs), then the key and, for a put, the value, each as a
+// bucket (bucketID), then the key and, for a put, the value, each as a
 // uvarint length and the bytes.
 const journalHeader = 16
 
