@@ -401,3 +401,80 @@ func TestJournalDamagedEnd(t *testing.T) {
 		})
 	}
 }
+
+// FuzzJournalFile: whatever the journal beside a good state.db holds,
+// opening the store and loading the agent neither panics nor loads anything
+// but a snapshot that was saved, and a Save after it loads again.
+func FuzzJournalFile(f *testing.F) {
+	base := f.TempDir()
+	s, err := Open(base, Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var saved []*agent.Snapshot
+	snap := storagetest.Sample("fz", 1)
+	for i := 0; i < 6; i++ {
+		snap = snap.Clone()
+		snap.TickIndex = uint64(i + 1)
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: fmt.Sprintf("m%d", i)})
+		if err := s.Save(ctx, snap); err != nil {
+			f.Fatal(err)
+		}
+		saved = append(saved, snap)
+	}
+	db, err := os.ReadFile(filepath.Join(base, "fz", FileName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	journal, err := os.ReadFile(filepath.Join(base, "fz", JournalName))
+	if err != nil {
+		f.Fatal(err)
+	}
+	s.Close()
+	encoded := map[string]bool{}
+	for _, sn := range saved {
+		js, _ := agent.Encode(sn)
+		encoded[string(js)] = true
+	}
+	end := records(journal)
+	used := journal[:end[len(end)-1]+1024]
+	f.Add(used)
+	f.Add(used[:len(used)/2])
+	f.Add(append(append([]byte(nil), used[:100]...), make([]byte, 4096)...))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, head []byte) {
+		dir := t.TempDir()
+		os.MkdirAll(filepath.Join(dir, "fz"), 0o700)
+		j := append(append([]byte(nil), head...), journal[min(len(head), len(journal)):]...)
+		if err := os.WriteFile(filepath.Join(dir, "fz", FileName), db, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "fz", JournalName), j, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(dir, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		got, err := s.Load(ctx, "fz")
+		if err != nil {
+			return // refused: a clear error is an answer
+		}
+		if got == nil {
+			t.Fatal("a store that was saved to loaded as a new agent")
+		}
+		js, _ := agent.Encode(got)
+		if !encoded[string(js)] {
+			t.Fatalf("loaded a snapshot that was never saved (tick %d)", got.TickIndex)
+		}
+		next := got.Clone()
+		next.TickIndex = 99
+		if err := s.Save(ctx, next); err != nil {
+			t.Fatal(err)
+		}
+		if again, err := s.Load(ctx, "fz"); err != nil || again.TickIndex != 99 {
+			t.Fatalf("after a Save: %v, %v", again, err)
+		}
+	})
+}
