@@ -83,6 +83,11 @@ type Manager struct {
 
 	mu   sync.Mutex // guards runs; and serialises read-modify-write of plan rows
 	runs map[string]*run
+	// cpMu serialises the writes of the checkpoint files: each reads the
+	// database and writes the files under it, so that a periodic write that
+	// read the session before it ended cannot put that older state over
+	// the one its end wrote.
+	cpMu sync.Mutex
 	life context.Context
 	stop context.CancelFunc
 	wg   sync.WaitGroup

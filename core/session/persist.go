@@ -113,6 +113,8 @@ func (m *Manager) saveFiles(ctx context.Context, projectID, sessionID string, al
 }
 
 func (m *Manager) writeCheckpoint(ctx context.Context, projectID, sessionID string) error {
+	m.cpMu.Lock()
+	defer m.cpMu.Unlock()
 	cp, err := m.checkpointOf(ctx, projectID, sessionID)
 	if err != nil {
 		return err
