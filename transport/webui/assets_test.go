@@ -10,10 +10,9 @@ import (
 	"testing"
 )
 
-// TestAssetsCompressedOnFirstUse: loading the UI compresses nothing (a
-// daemon's boot does not pay for it); the first use of an asset's gzip
-// encoding makes it, and it decodes to the asset.
-func TestAssetsCompressedOnFirstUse(t *testing.T) {
+// embedded loads the UI the binary embeds.
+func embedded(t *testing.T) (fs.FS, *assets) {
+	t.Helper()
 	sub, err := fsSub()
 	if err != nil {
 		t.Fatal(err)
@@ -22,6 +21,14 @@ func TestAssetsCompressedOnFirstUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return sub, a
+}
+
+// TestAssetsCompressedOnFirstUse: loading the UI compresses nothing (a
+// daemon's boot does not pay for it); the first use of an asset's gzip
+// encoding makes it, and it decodes to the asset.
+func TestAssetsCompressedOnFirstUse(t *testing.T) {
+	_, a := embedded(t)
 	all := []*asset{a.index}
 	for _, f := range a.files {
 		all = append(all, f)
@@ -60,14 +67,7 @@ func TestAssetsCompressedOnFirstUse(t *testing.T) {
 // their gzip encodings; each decodes to its source in static/, so that an
 // edit of the source without `go generate ./transport/webui` fails here.
 func TestEmbeddedGzipCurrent(t *testing.T) {
-	sub, err := fsSub()
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := loadAssets(sub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sub, a := embedded(t)
 	for _, name := range []string{"app.js", "app.css"} {
 		src, err := os.ReadFile(filepath.Join("static", name))
 		if err != nil {
