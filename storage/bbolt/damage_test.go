@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -21,22 +20,7 @@ import (
 // result, closes the store, and returns the file and the snapshots saved.
 func damagedStore(t *testing.T, dir, id string, n int) (string, []*agent.Snapshot) {
 	t.Helper()
-	s, err := Open(dir, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var saved []*agent.Snapshot
-	snap := storagetest.Sample(id, 1)
-	for i := 0; i < n; i++ {
-		snap = snap.Clone()
-		snap.TickIndex = uint64(i + 1)
-		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "m"})
-		seq := snap.NextResultSeq
-		snap.NextResultSeq++
-		snap.Outbox = append(snap.Outbox, agent.Result{Seq: seq, TaskID: fmt.Sprintf("task%d", i), AgentID: id, Status: "done"})
-		mustSave(t, s, snap)
-		saved = append(saved, snap)
-	}
+	s, saved := journaled(t, dir, id, n)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

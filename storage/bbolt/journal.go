@@ -13,6 +13,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
+	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // The journal: what makes most Saves cost one or two pages of the disk.
@@ -344,7 +345,7 @@ func readJournal(path string, folded uint64, size int64) (*journal, *replayed, e
 	case !fi.Mode().IsRegular():
 		return nil, nil, fmt.Errorf("%s is not a regular file", path)
 	}
-	f, err := openFile(path, os.O_RDWR, 0o600)
+	f, err := openFile(path, os.O_RDWR, privfs.FileMode)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -455,7 +456,7 @@ func (j *journal) fits(n int) bool { return j.off+journalHeader+int64(n) <= j.si
 // that a page of zeros in it is damage), synced, with its name synced in
 // its directory.
 func (j *journal) create() error {
-	f, err := openFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := openFile(j.path, os.O_RDWR|os.O_CREATE|os.O_EXCL, privfs.FileMode)
 	if err != nil {
 		return err
 	}

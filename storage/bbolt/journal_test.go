@@ -15,22 +15,29 @@ import (
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 
-// journaled saves n generations of agent id (ticks 1..n) on a store that
-// stays open, and returns the store and the snapshots saved. The first
-// Save commits to bbolt, the others go to the journal.
-func journaled(t *testing.T, dir, id string, n int) (*Store, []*agent.Snapshot) {
-	t.Helper()
-	s := mustOpen(t, dir, Options{})
+// journaled saves n generations of agent id (ticks 1..n), each with one
+// more message and one more finished result, on a store that stays open
+// until the test ends, and returns the store and the snapshots saved. The
+// first Save commits to bbolt, the others go to the journal.
+func journaled(tb testing.TB, dir, id string, n int) (*Store, []*agent.Snapshot) {
+	tb.Helper()
+	s, err := Open(dir, Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
 	var saved []*agent.Snapshot
 	snap := storagetest.Sample(id, 1)
 	for i := 0; i < n; i++ {
 		snap = snap.Clone()
 		snap.TickIndex = uint64(i + 1)
-		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: fmt.Sprintf("m%d", i)})
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "m"})
 		seq := snap.NextResultSeq
 		snap.NextResultSeq++
 		snap.Outbox = append(snap.Outbox, agent.Result{Seq: seq, TaskID: fmt.Sprintf("task%d", i), AgentID: id, Status: "done"})
-		mustSave(t, s, snap)
+		if err := s.Save(ctx, snap); err != nil {
+			tb.Fatal(err)
+		}
 		saved = append(saved, snap)
 	}
 	return s, saved
@@ -274,7 +281,7 @@ func TestJournalMarkDamaged(t *testing.T) {
 // the journal of the one before, even when a crash left that journal.
 func TestJournalOfDeletedAgent(t *testing.T) {
 	dir := t.TempDir()
-	s, saved := journaled(t, dir, "again", 5)
+	s, _ := journaled(t, dir, "again", 5)
 	old, err := os.ReadFile(filepath.Join(dir, "again", JournalName))
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +301,6 @@ func TestJournalOfDeletedAgent(t *testing.T) {
 	fresh.TickIndex = 1
 	mustSave(t, s, fresh)
 	checkLoad(t, mustOpen(t, copyAgent(t, dir, "again", nil), Options{}), fresh)
-	_ = saved
 }
 
 // TestJournalSymlinkRefused: a journal that is a symlink is not followed.
@@ -407,21 +413,7 @@ func TestJournalDamagedEnd(t *testing.T) {
 // but a snapshot that was saved, and a Save after it loads again.
 func FuzzJournalFile(f *testing.F) {
 	base := f.TempDir()
-	s, err := Open(base, Options{})
-	if err != nil {
-		f.Fatal(err)
-	}
-	var saved []*agent.Snapshot
-	snap := storagetest.Sample("fz", 1)
-	for i := 0; i < 6; i++ {
-		snap = snap.Clone()
-		snap.TickIndex = uint64(i + 1)
-		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: fmt.Sprintf("m%d", i)})
-		if err := s.Save(ctx, snap); err != nil {
-			f.Fatal(err)
-		}
-		saved = append(saved, snap)
-	}
+	s, saved := journaled(f, base, "fz", 6)
 	db, err := os.ReadFile(filepath.Join(base, "fz", FileName))
 	if err != nil {
 		f.Fatal(err)

@@ -471,7 +471,7 @@ func (s *Store) end(a *agentStore) error {
 	var err error
 	switch {
 	case a.tx == nil:
-	case a.jr.appended:
+	case a.jr != nil && a.jr.appended:
 		err = s.fold(a, a.tx)
 	default:
 		err = a.tx.Rollback()
