@@ -66,6 +66,10 @@ const JournalName = "state.journal"
 // eighty tasks or so.
 const defaultJournalSize = 128 << 10
 
+// maxKeptLog is the largest operations buffer a store keeps for its next
+// Save: one that could still fit in a journal of the default size.
+const maxKeptLog = defaultJournalSize
+
 // A record is a header and the operations of one Save:
 //
 //	4 bytes  CRC-32C (Castagnoli) of everything after it

@@ -140,6 +140,10 @@ type agentStore struct {
 	// file was opened, or the last Save failed), which makes the next Save
 	// rewrite the lists in full.
 	cache *state
+	// log is the operations of the Save in progress, kept from one Save to
+	// the next so that a Save does not grow a new one: about 3 KiB per echo
+	// task, an eighth of what the agent allocated per task.
+	log opLog
 }
 
 // state is what an agentStore remembers of the generation it saved or loaded
@@ -598,12 +602,16 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		}
 		a.tx = tx // rolled back by rewind on error
 	}
-	var log opLog
-	if st, err = s.write(wtx{Tx: tx, log: &log}, a, snap, body); err != nil {
+	log := &a.log
+	log.b = log.b[:0]
+	if cap(log.b) > maxKeptLog {
+		log.b = nil // a Save too large for the journal: not kept
+	}
+	if st, err = s.write(wtx{Tx: tx, log: log}, a, snap, body); err != nil {
 		return nil, err
 	}
 	if a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
-		return st, a.jr.append(log.b)
+		return st, a.jr.append(log.b) // append copies the operations
 	}
 	return st, s.fold(a, tx)
 }
