@@ -9,6 +9,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/openstarry/openstarry-edge/internal/fusemount"
 )
 
 // node is a loopback node whose changes the model records. Reads of
@@ -288,7 +290,7 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return &dirHandle{inner: h, n: n}, fl, 0
+	return &dirHandle{Dir: fusemount.Dir{Inner: h}, n: n}, fl, 0
 }
 
 // Fsync of a node without a handle (the kernel sends a handle for files
@@ -327,23 +329,11 @@ func (n *node) fsyncDir() syscall.Errno {
 // dirHandle is an open directory: the loopback's stream, with fsync going
 // to the model.
 type dirHandle struct {
-	inner fs.FileHandle
-	n     *node
+	fusemount.Dir
+	n *node
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return d.n.fsyncDir() }
-
-func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	return d.inner.(fs.FileReaddirenter).Readdirent(ctx)
-}
-
-func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	return d.inner.(fs.FileSeekdirer).Seekdir(ctx, off)
-}
-
-func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
-	d.inner.(fs.FileReleasedirer).Releasedir(ctx, flags)
-}
 
 // file is an open file: reads go to the live file; writes, truncations
 // and fsyncs are recorded in the model.

@@ -3,7 +3,6 @@
 package powercut
 
 import (
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,12 +10,11 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/internal/fusemount"
 )
 
 // FS is one mounted power-cut simulator. Its methods are safe for
@@ -37,11 +35,8 @@ type FS struct {
 // Available returns nil when this process can mount the simulator (root
 // and /dev/fuse), else why not.
 func Available() error {
-	if os.Geteuid() != 0 {
-		return errors.New("powercut: mounting FUSE with mount(2) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return fmt.Errorf("powercut: no FUSE in this kernel: %w", err)
+	if err := fusemount.Available(); err != nil {
+		return fmt.Errorf("powercut: %w", err)
 	}
 	return nil
 }
@@ -96,16 +91,7 @@ func (f *FS) mount() error {
 	}
 	rn := &node{LoopbackNode: fs.LoopbackNode{RootData: root}, pc: f}
 	root.RootNode = rn
-	sec := time.Second
-	server, err := fs.Mount(f.mnt, rn, &fs.Options{
-		EntryTimeout: &sec,
-		AttrTimeout:  &sec,
-		MountOptions: fuse.MountOptions{
-			DirectMountStrict: true,
-			FsName:            "powercut",
-			Name:              "powercut",
-		},
-	})
+	server, err := fusemount.Mount(f.mnt, rn, "powercut")
 	if err != nil {
 		return fmt.Errorf("powercut: mount %s: %w", f.mnt, err)
 	}
@@ -119,7 +105,7 @@ func (f *FS) unmount() error {
 	if f.server == nil {
 		return nil
 	}
-	if err := wait.Poll(10*time.Second, f.server.Unmount); err != nil {
+	if err := fusemount.Unmount(f.server); err != nil {
 		return fmt.Errorf("unmount %s: %w", f.mnt, err)
 	}
 	f.server = nil

@@ -14,7 +14,6 @@ package slowdisk
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -23,19 +22,15 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/internal/fusemount"
 )
 
 // Available returns nil when this process can mount the filesystem (root
 // and /dev/fuse), else why not.
 func Available() error {
-	if os.Geteuid() != 0 {
-		return errors.New("slowdisk: mounting FUSE with mount(2) needs root")
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return fmt.Errorf("slowdisk: no FUSE in this kernel: %w", err)
+	if err := fusemount.Available(); err != nil {
+		return fmt.Errorf("slowdisk: %w", err)
 	}
 	return nil
 }
@@ -62,19 +57,12 @@ func New(t testing.TB, delay time.Duration) string {
 	root := &fs.LoopbackRoot{Path: under, Dev: uint64(st.Dev)}
 	rn := &node{LoopbackNode: &fs.LoopbackNode{RootData: root}, delay: delay}
 	root.RootNode = rn
-	sec := time.Second
-	server, err := fs.Mount(mnt, rn, &fs.Options{
-		EntryTimeout: &sec,
-		AttrTimeout:  &sec,
-		MountOptions: fuse.MountOptions{DirectMountStrict: true, FsName: "slowdisk", Name: "slowdisk"},
-	})
+	server, err := fusemount.Mount(mnt, rn, "slowdisk")
 	if err != nil {
 		t.Fatalf("slowdisk: mount %s: %v", mnt, err)
 	}
 	t.Cleanup(func() {
-		// Wait for the kernel to let go of files that processes killed by
-		// the benchmark held open.
-		if err := wait.Poll(10*time.Second, server.Unmount); err != nil {
+		if err := fusemount.Unmount(server); err != nil {
 			t.Errorf("slowdisk: unmount %s: %v", mnt, err)
 		}
 	})
@@ -117,28 +105,16 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	return &dirHandle{inner: h, delay: n.delay}, fl, 0
+	return &dirHandle{Dir: fusemount.Dir{Inner: h}, delay: n.delay}, fl, 0
 }
 
 // dirHandle is an open directory: the loopback's stream, with a slow fsync.
 type dirHandle struct {
-	inner fs.FileHandle
+	fusemount.Dir
 	delay time.Duration
 }
 
 func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
 	time.Sleep(d.delay)
-	return d.inner.(fs.FileFsyncdirer).Fsyncdir(ctx, flags)
-}
-
-func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
-	return d.inner.(fs.FileReaddirenter).Readdirent(ctx)
-}
-
-func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
-	return d.inner.(fs.FileSeekdirer).Seekdir(ctx, off)
-}
-
-func (d *dirHandle) Releasedir(ctx context.Context, flags uint32) {
-	d.inner.(fs.FileReleasedirer).Releasedir(ctx, flags)
+	return d.Inner.(fs.FileFsyncdirer).Fsyncdir(ctx, flags)
 }
