@@ -141,8 +141,8 @@ type agentStore struct {
 	// rewrite the lists in full.
 	cache *state
 	// log is the operations of the Save in progress, kept from one Save to
-	// the next so that a Save does not grow a new one: about 3 KiB per echo
-	// task, an eighth of what the agent allocated per task.
+	// the next so that a Save does not grow a new one (about 3 KiB per echo
+	// task, the largest allocation of a task in the agent).
 	log opLog
 }
 
