@@ -655,11 +655,8 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if !ok {
 		pr, ps = nil, nil // a hole: written in full under fresh keys
 	}
-	var outJS encoded // the index stores the new results as the outbox does
 	rec.Outbox, st.outbox, err = writeList(b, prefixOutbox, pr, ps, outSeq, len(out), out == nil,
-		func(i int) ([]byte, error) {
-			return outJS.get(i, func() ([]byte, error) { return json.Marshal(&out[i]) })
-		})
+		func(i int) ([]byte, error) { return json.Marshal(&out[i]) })
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -674,7 +671,7 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if base != nil {
 		rec.TaskNext = base.TaskNext
 	}
-	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext, &outJS); err != nil {
+	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext); err != nil {
 		return nil, fmt.Errorf("task index: %w", err)
 	}
 
@@ -716,29 +713,6 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 		}
 	}
 	return st, nil
-}
-
-// encoded remembers the encodings of a list's elements made during one
-// Save, by index, so that what is stored twice is encoded once: a result
-// goes to the outbox and to the task index, and json.Marshal validates and
-// compacts its output (a 1 KiB result costs about 10 µs each time).
-type encoded struct {
-	idx []int
-	js  [][]byte
-}
-
-// get returns the encoding of element i, made by enc the first time.
-func (e *encoded) get(i int, enc func() ([]byte, error)) ([]byte, error) {
-	for k := len(e.idx) - 1; k >= 0; k-- { // the index asks for the newest: from the back
-		if e.idx[k] == i {
-			return e.js[k], nil
-		}
-	}
-	js, err := enc()
-	if err == nil {
-		e.idx, e.js = append(e.idx, i), append(e.js, js)
-	}
-	return js, err
 }
 
 // singlePage reports whether the bucket was a single page (or inline in its

@@ -18,7 +18,7 @@ import (
 // Seq of at least next into the task index, prunes the index beyond
 // retention, and returns the new next. A result whose task id is not a valid
 // id (agent.ValidateID) cannot be looked up and is skipped with a warning.
-func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, outJS *encoded) (uint64, error) {
+func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64) (uint64, error) {
 	b := tx.bucket(bucketTasks)
 	newNext := next
 	for i := range snap.Outbox {
@@ -40,11 +40,7 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, outJS *encoded)
 				return 0, err
 			}
 		}
-		js, err := outJS.get(i, func() ([]byte, error) { return json.Marshal(r) })
-		if err != nil {
-			return 0, fmt.Errorf("result %s: %w", r.TaskID, err)
-		}
-		if err := putResult(b, r, js, snap.Timestamp); err != nil {
+		if err := putResult(b, r, snap.Timestamp); err != nil {
 			return 0, err
 		}
 	}
@@ -56,9 +52,13 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, outJS *encoded)
 	return newNext, nil
 }
 
-// putResult indexes one result, encoded as js, by task id and by the time it finished
+// putResult indexes one result by task id and by the time it finished
 // (the snapshot's time when it does not say).
-func putResult(b *wbucket, r *agent.Result, js []byte, snapMs int64) error {
+func putResult(b *wbucket, r *agent.Result, snapMs int64) error {
+	js, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("result %s: %w", r.TaskID, err)
+	}
 	ms := r.FinishedAt
 	if ms == 0 {
 		ms = snapMs
