@@ -408,12 +408,7 @@ func (s *Store) replay(a *agentStore) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			if a.tx != nil {
-				_ = a.tx.Rollback()
-			}
-			a.tx = nil
-			_ = jr.close()
-			a.jr = nil
+			_ = a.drop()
 		}
 	}()
 	defer catchDamage(a.path, &err)()
@@ -452,12 +447,7 @@ func (s *Store) fold(a *agentStore, tx *bolt.Tx) error {
 // the journal replayed from the file, as a restart would. a.mu is held.
 func (s *Store) rewind(a *agentStore) {
 	a.cache = nil
-	if a.tx != nil {
-		_ = a.tx.Rollback()
-		a.tx = nil
-	}
-	_ = a.jr.close()
-	a.jr = nil
+	_ = a.drop()
 	if a.db == nil {
 		return
 	}
@@ -473,11 +463,20 @@ func (s *Store) rewind(a *agentStore) {
 // read writes nothing. a.mu is held.
 func (s *Store) end(a *agentStore) error {
 	var err error
-	switch {
-	case a.tx == nil:
-	case a.jr != nil && a.jr.appended:
+	if a.tx != nil && a.jr != nil && a.jr.appended {
 		err = s.fold(a, a.tx)
-	default:
+	}
+	if derr := a.drop(); err == nil {
+		err = derr
+	}
+	return err
+}
+
+// drop rolls back the agent's open transaction, if any, and closes its
+// journal. a.mu is held.
+func (a *agentStore) drop() error {
+	var err error
+	if a.tx != nil {
 		err = a.tx.Rollback()
 		a.tx = nil
 	}
@@ -1158,12 +1157,7 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 func (s *Store) remove(a *agentStore) error {
 	rmErr := os.Remove(a.path)
 	var closeErr error
-	if a.tx != nil {
-		_ = a.tx.Rollback()
-		a.tx = nil
-	}
-	_ = a.jr.close()
-	a.jr = nil
+	_ = a.drop()
 	if a.db != nil {
 		closeErr = a.db.Close()
 	}
