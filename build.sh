@@ -37,7 +37,7 @@ TARGETS=${TARGETS-linux/amd64 linux/arm64 linux/arm/7 linux/arm/6 linux/arm/5 wi
 SMALL_TARGETS=${SMALL_TARGETS-linux/arm64 linux/arm/7 linux/arm/6}
 # The small build leaves out SQLite (the sqlite:// store, the fts:// memory
 # engine and session continuity: about 4 MiB), Redis, the file store, and
-# the MCP client (about 1.5 MiB; MCP servers are programs a small board
+# the MCP client (under 64 KiB; MCP servers are programs a small board
 # does not run anyway) and the enrolment hub (the operator's side, which
 # runs beside the fleet's broker; 64 KiB), and speaks HTTP/1.1 only: the
 # standard library's nethttpomithttp2 leaves out net/http's HTTP/2 (0.5
@@ -46,8 +46,8 @@ SMALL_TARGETS=${SMALL_TARGETS-linux/arm64 linux/arm/7 linux/arm/6}
 SMALL_TAGS=${SMALL_TAGS:-nosqlite,noredis,nofile,no_mcp,nohub,nethttpomithttp2}
 DEB_ARCHS=${DEB_ARCHS-amd64 arm64 armhf armel}
 MAX_MIB=${MAX_MIB:-20}
-# The small Linux builds measure 10.3 MiB (arm64) and 10.6 MiB (armv6,
-# armv7); the standard builds 18.5 to 19.96 MiB (windows/amd64, the
+# The small Linux builds measure 10.4 MiB (arm64) and 10.6 MiB (armv6,
+# armv7); the standard builds 17.0 to 18.4 MiB (windows/amd64, the
 # largest). Windows binaries are larger (the PE format, the service
 # manager): a small Windows build, which the tests run under wine,
 # measures 11.5 MiB.

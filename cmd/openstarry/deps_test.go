@@ -27,6 +27,11 @@ func TestDependencies(t *testing.T) {
 		if strings.HasPrefix(line, "github.com/chromedp/") {
 			t.Errorf("the browser driver is in the binary: %s", line)
 		}
+		// The MCP SDK is the tests' server; the binary has its own
+		// client (transport/mcp says why).
+		if strings.HasPrefix(line, "github.com/modelcontextprotocol/") {
+			t.Errorf("the MCP SDK is in the binary: %s", line)
+		}
 		if strings.HasSuffix(line, " CGO") && !strings.HasPrefix(line, "runtime/cgo") && !strings.HasPrefix(line, "net ") && !strings.HasPrefix(line, "os/user") {
 			t.Errorf("cgo package in the binary: %s", line)
 		}
@@ -69,6 +74,19 @@ func TestBrokerPacketsIdle(t *testing.T) {
 	const pkg = "github.com/mochi-mqtt/server/v2/packets"
 	if n := initBytes(t, initTrace(t), pkg); n > 16<<10 {
 		t.Errorf("the package initialiser of %s allocates %d bytes: it builds its tests' fixtures", pkg, n)
+	}
+}
+
+// TestIDPatternsIdle: the id patterns of session continuity and the
+// template name pattern are compiled on first use, not by their packages'
+// initialisers, which run in every agent process: compiled, their counted
+// repetitions ({0,31}, {1,64}) took 180 KB.
+func TestIDPatternsIdle(t *testing.T) {
+	out := initTrace(t)
+	for _, pkg := range []string{"github.com/openstarry/openstarry-edge/core/session", "github.com/openstarry/openstarry-edge/core/design", "github.com/openstarry/openstarry-edge/core/agent"} {
+		if n := initBytes(t, out, pkg); n > 16<<10 {
+			t.Errorf("the package initialiser of %s allocates %d bytes: it compiles patterns an idle process does not use", pkg, n)
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"regexp"
+	"sync"
 )
 
 // TaskTypeSessionResume is the type of the task that hands a resumed
@@ -15,13 +16,13 @@ const TaskTypeSessionResume = "session_resume"
 // Session ids as session continuity makes them; a task naming others is
 // run without session context (its artifacts stay in the agent's directory).
 var (
-	projectIDRe = regexp.MustCompile(`^proj_[0-9]{8}_[a-z0-9]{6}$`)
-	sessionIDRe = regexp.MustCompile(`^sess_[0-9]{14}_[a-z0-9]{6}$`)
+	projectIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^proj_[0-9]{8}_[a-z0-9]{6}$`) })
+	sessionIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sess_[0-9]{14}_[a-z0-9]{6}$`) })
 )
 
 // inSession reports whether a task belongs to a project's session.
 func inSession(t *Task) bool {
-	return projectIDRe.MatchString(t.ProjectID) && sessionIDRe.MatchString(t.SessionID)
+	return projectIDRe().MatchString(t.ProjectID) && sessionIDRe().MatchString(t.SessionID)
 }
 
 // artifactsFor is the directory a task's file tools write to: its

@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -31,10 +32,10 @@ const (
 
 // namePattern is the schema's name pattern; a name is checked before it is
 // put in a URL or a cache path.
-var namePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`)
+var namePattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,63}$`) })
 
 // ValidName reports whether name is a well-formed template name.
-func ValidName(name string) bool { return namePattern.MatchString(name) }
+func ValidName(name string) bool { return namePattern().MatchString(name) }
 
 // Options configure a Fetcher. Only URL is required.
 type Options struct {
@@ -144,7 +145,7 @@ func (f *Fetcher) CachePath(name string) string {
 // A cancelled ctx returns ctx's error, without falling back.
 func (f *Fetcher) Get(ctx context.Context, name string) (*Resolved, error) {
 	if !ValidName(name) {
-		return nil, fmt.Errorf("design: %q is not a template name (want %s): %w", name, namePattern, ErrInvalidTemplate)
+		return nil, fmt.Errorf("design: %q is not a template name (want %s): %w", name, namePattern(), ErrInvalidTemplate)
 	}
 	u := f.URL(name)
 

@@ -103,7 +103,7 @@ func (r *Resolver) Resolve(ctx context.Context, nameOrFile string) (*Resolved, e
 		return r.resolveFile(nameOrFile)
 	}
 	if !ValidName(nameOrFile) {
-		return nil, fmt.Errorf("design: %q is neither a template name (%s) nor a .json file: %w", nameOrFile, namePattern, ErrInvalidTemplate)
+		return nil, fmt.Errorf("design: %q is neither a template name (%s) nor a .json file: %w", nameOrFile, namePattern(), ErrInvalidTemplate)
 	}
 	if r.o.Fetcher != nil {
 		return r.o.Fetcher.Get(ctx, nameOrFile)

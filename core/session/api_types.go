@@ -108,7 +108,7 @@ func DecodeCreateRequest(r io.Reader) (*CreateRequest, error) {
 		if t.Phase < 1 || t.Phase > 999 {
 			return nil, fmt.Errorf("%w: tasks[%d].phase %d: want 1 to 999", ErrBadRequest, i, t.Phase)
 		}
-		if !taskTypeRe.MatchString(t.Type) {
+		if !taskTypeRe().MatchString(t.Type) {
 			return nil, fmt.Errorf("%w: tasks[%d].type %q: want a lower-case letter then up to 31 lower-case letters or digits", ErrBadRequest, i, clipID(t.Type))
 		}
 		if t.AssignedTo != "" && !agentIDOK(t.AssignedTo) {

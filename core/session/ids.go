@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"sync"
 	"time"
 )
 
@@ -12,10 +13,12 @@ import (
 var ErrBadID = errors.New("invalid id")
 
 var (
-	projectIDRe = regexp.MustCompile(`^proj_[0-9]{8}_[a-z0-9]{6}$`)
-	sessionIDRe = regexp.MustCompile(`^sess_[0-9]{14}_[a-z0-9]{6}$`)
-	taskIDRe    = regexp.MustCompile(`^task_p([0-9]{1,3})_([a-z][a-z0-9]{0,31})_([0-9]{3})$`)
-	taskTypeRe  = regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`)
+	projectIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^proj_[0-9]{8}_[a-z0-9]{6}$`) })
+	sessionIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^sess_[0-9]{14}_[a-z0-9]{6}$`) })
+	taskIDRe    = sync.OnceValue(func() *regexp.Regexp {
+		return regexp.MustCompile(`^task_p([0-9]{1,3})_([a-z][a-z0-9]{0,31})_([0-9]{3})$`)
+	})
+	taskTypeRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9]{0,31}$`) })
 )
 
 const idAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -53,7 +56,7 @@ func PlanTaskID(phase int, typ string, seq int) (string, error) {
 	if phase < 0 || phase > 999 {
 		return "", fmt.Errorf("%w: phase %d: want 0 to 999", ErrBadID, phase)
 	}
-	if !taskTypeRe.MatchString(typ) {
+	if !taskTypeRe().MatchString(typ) {
 		return "", fmt.Errorf("%w: task type %q: want a lower-case letter then up to 31 lower-case letters or digits", ErrBadID, typ)
 	}
 	if seq < 1 || seq > 999 {
@@ -64,7 +67,7 @@ func PlanTaskID(phase int, typ string, seq int) (string, error) {
 
 // ValidateProjectID checks proj_{YYYYMMDD}_{6 of [a-z0-9]}.
 func ValidateProjectID(id string) error {
-	if !projectIDRe.MatchString(id) || !validDate(id[5:13], "20060102") {
+	if !projectIDRe().MatchString(id) || !validDate(id[5:13], "20060102") {
 		return fmt.Errorf("%w: project id %q: want proj_YYYYMMDD_xxxxxx", ErrBadID, clipID(id))
 	}
 	return nil
@@ -72,7 +75,7 @@ func ValidateProjectID(id string) error {
 
 // ValidateSessionID checks sess_{YYYYMMDDhhmmss}_{6 of [a-z0-9]}.
 func ValidateSessionID(id string) error {
-	if !sessionIDRe.MatchString(id) || !validDate(id[5:19], "20060102150405") {
+	if !sessionIDRe().MatchString(id) || !validDate(id[5:19], "20060102150405") {
 		return fmt.Errorf("%w: session id %q: want sess_YYYYMMDDhhmmss_xxxxxx", ErrBadID, clipID(id))
 	}
 	return nil
@@ -80,7 +83,7 @@ func ValidateSessionID(id string) error {
 
 // ValidatePlanTaskID checks task_p{phase}_{type}_{seq:03}.
 func ValidatePlanTaskID(id string) error {
-	m := taskIDRe.FindStringSubmatch(id)
+	m := taskIDRe().FindStringSubmatch(id)
 	if m == nil || m[3] == "000" {
 		return fmt.Errorf("%w: task id %q: want task_p{phase}_{type}_{001-999}", ErrBadID, clipID(id))
 	}
@@ -99,10 +102,10 @@ func clipID(id string) string {
 	return id
 }
 
-var approachIDRe = regexp.MustCompile(`^approach_[a-z0-9_]{1,64}$`)
+var approachIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^approach_[a-z0-9_]{1,64}$`) })
 
 func validApproachID(id string) error {
-	if !approachIDRe.MatchString(id) {
+	if !approachIDRe().MatchString(id) {
 		return fmt.Errorf("%w: approach id %q: want approach_ then up to 64 of [a-z0-9_]", ErrBadID, clipID(id))
 	}
 	return nil

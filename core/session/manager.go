@@ -817,7 +817,7 @@ func (m *Manager) changeTask(ctx context.Context, req *TaskUpdate, tasks []PlanT
 
 func (m *Manager) addTask(ctx context.Context, req *TaskUpdate, tasks []PlanTask) (*PlanTask, error) {
 	s := req.Add
-	if s.Phase < 1 || !taskTypeRe.MatchString(s.Type) {
+	if s.Phase < 1 || !taskTypeRe().MatchString(s.Type) {
 		return nil, fmt.Errorf("%w: add: phase 1-999 and a type of [a-z][a-z0-9]* are required", ErrBadRequest)
 	}
 	seq, maxSeq := 0, 0

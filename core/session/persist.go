@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"time"
 )
 
 // writeProjectFile writes project.json.
@@ -416,5 +415,3 @@ func (m *Manager) endSession(ctx context.Context, projectID, sessionID, status, 
 	}
 	m.saveFiles(ctx, projectID, sessionID, true)
 }
-
-var _ = time.Second

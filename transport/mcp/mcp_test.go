@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -45,8 +46,37 @@ type lookupArgs struct {
 	Key string `json:"key"`
 }
 
+// extraEnv adds the tools the client tests use (structured, pinger, slow,
+// crash) to the stdio server, and makes it write its process id to
+// {ledger}.pid.
+const extraEnv = "OPENSTARRY_TEST_MCP_EXTRA"
+
+// lingerEnv keeps the stdio server running for a minute after its stdin
+// ended, as a server that ignores the end of its input would.
+const lingerEnv = "OPENSTARRY_TEST_MCP_LINGER"
+
 func serve(out string) {
-	s := sdk.NewServer(&sdk.Implementation{Name: "notes", Version: "1.0.0"}, nil)
+	extra := os.Getenv(extraEnv) != ""
+	if extra {
+		_ = os.WriteFile(out+".pid", []byte(strconv.Itoa(os.Getpid())), 0o600)
+	}
+	if err := newServer(out, extra, extra).Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "mcp test server:", err)
+		os.Exit(1)
+	}
+	if os.Getenv(lingerEnv) != "" {
+		time.Sleep(time.Minute)
+	}
+}
+
+// newServer is the SDK's server with the tools record and lookup; extra
+// adds structured, pinger and slow, crash adds a tool that ends the process.
+func newServer(out string, extra, crash bool) *sdk.Server {
+	return newServerOpts(out, extra, crash, nil)
+}
+
+func newServerOpts(out string, extra, crash bool, opts *sdk.ServerOptions) *sdk.Server {
+	s := sdk.NewServer(&sdk.Implementation{Name: "notes", Version: "1.0.0"}, opts)
 	sdk.AddTool(s, &sdk.Tool{Name: "record", Description: "Append a note to the ledger."},
 		func(ctx context.Context, req *sdk.CallToolRequest, in noteArgs) (*sdk.CallToolResult, any, error) {
 			if in.Note == "" {
@@ -64,10 +94,34 @@ func serve(out string) {
 		func(ctx context.Context, req *sdk.CallToolRequest, in lookupArgs) (*sdk.CallToolResult, any, error) {
 			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "value of " + in.Key}}}, nil, nil
 		})
-	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
-		fmt.Fprintln(os.Stderr, "mcp test server:", err)
-		os.Exit(1)
+	if extra {
+		sdk.AddTool(s, &sdk.Tool{Name: "structured", Description: "Answer with structured content.", Annotations: &sdk.ToolAnnotations{IdempotentHint: true}},
+			func(ctx context.Context, req *sdk.CallToolRequest, in struct{}) (*sdk.CallToolResult, map[string]any, error) {
+				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "forty-two"}, &sdk.ImageContent{Data: []byte{1}, MIMEType: "image/png"}}},
+					map[string]any{"n": 42}, nil
+			})
+		sdk.AddTool(s, &sdk.Tool{Name: "pinger", Description: "Ping the client, then answer."},
+			func(ctx context.Context, req *sdk.CallToolRequest, in struct{}) (*sdk.CallToolResult, any, error) {
+				if err := req.Session.Ping(ctx, nil); err != nil {
+					return nil, nil, fmt.Errorf("ping: %w", err)
+				}
+				return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "pong"}}}, nil, nil
+			})
+		sdk.AddTool(s, &sdk.Tool{Name: "slow", Description: "Wait until cancelled."},
+			func(ctx context.Context, req *sdk.CallToolRequest, in struct{}) (*sdk.CallToolResult, any, error) {
+				<-ctx.Done()
+				_ = os.WriteFile(out+".cancelled", []byte(ctx.Err().Error()), 0o600)
+				return nil, nil, ctx.Err()
+			})
 	}
+	if crash {
+		sdk.AddTool(s, &sdk.Tool{Name: "crash", Description: "End the server process."},
+			func(ctx context.Context, req *sdk.CallToolRequest, in struct{}) (*sdk.CallToolResult, any, error) {
+				os.Exit(3)
+				return nil, nil, nil
+			})
+	}
+	return s
 }
 
 // A model calls a read-only and a non-idempotent tool of a real MCP server
@@ -171,19 +225,17 @@ func TestMCPToolsFromChildProcess(t *testing.T) {
 
 func TestIdempotentFromAnnotations(t *testing.T) {
 	cases := []struct {
-		a    *sdk.ToolAnnotations
+		a    *mcppkg.Annotations
 		want bool
 	}{
 		{nil, false},
-		{&sdk.ToolAnnotations{}, false},
-		{&sdk.ToolAnnotations{ReadOnlyHint: true}, true},
-		{&sdk.ToolAnnotations{IdempotentHint: true}, true},
+		{&mcppkg.Annotations{}, false},
+		{&mcppkg.Annotations{ReadOnlyHint: true}, true},
+		{&mcppkg.Annotations{IdempotentHint: true}, true},
 	}
 	for i, tc := range cases {
-		if got := mcpIdem(tc.a); got != tc.want {
+		if got := mcppkg.Idempotent(tc.a); got != tc.want {
 			t.Errorf("case %d: %v, want %v", i, got, tc.want)
 		}
 	}
 }
-
-func mcpIdem(a *sdk.ToolAnnotations) bool { return mcppkg.Idempotent(a) }
