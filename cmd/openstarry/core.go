@@ -6,8 +6,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime/debug"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -44,10 +42,6 @@ agent.`,
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
-			// The boot's garbage (the blueprint, hydration) goes back to
-			// the OS once the agent idles, rather than when the scavenger
-			// gets to it.
-			time.AfterFunc(2*time.Second, debug.FreeOSMemory)
 			m := metrics.NewAgent(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
 				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest}
