@@ -153,8 +153,8 @@ func TestStreamableHTTP(t *testing.T) {
 
 // A server over stdio: it may ping the client in a call; a call given up
 // is cancelled on the server and the session goes on; a server that dies
-// fails its call at once (not at the timeout) and every call after; Close
-// reaps the child.
+// fails its call at once (not at the timeout), and the next call starts it
+// again.
 func TestStdioLifecycle(t *testing.T) {
 	ledger := filepath.Join(t.TempDir(), "ledger.txt")
 	self, err := os.Executable()
@@ -182,15 +182,67 @@ func TestStdioLifecycle(t *testing.T) {
 		t.Fatalf("lookup after a cancelled call = %s, %v", out, err)
 	}
 
-	// The server's end, not the 300 ms timeout, fails the call.
+	// The server's end, not the 300 ms timeout, fails the call, which is
+	// not sent again (the server may have run it).
+	first, err := os.ReadFile(ledger + ".pid")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := run(t, tools["notes__crash"], `{}`); err == nil || !strings.Contains(err.Error(), "closed its output (exited)") {
 		t.Fatalf("crash = %v", err)
 	}
-	if _, err := run(t, tools["notes__lookup"], `{"key":"k"}`); err == nil || !strings.Contains(err.Error(), "exited") {
-		t.Fatalf("a call after the server died = %v", err)
+	// The next call starts the server again.
+	if out, err := run(t, tools["notes__lookup"], `{"key":"k"}`); err != nil || !strings.Contains(out, "value of k") {
+		t.Fatalf("a call after the server died = %s, %v", out, err)
+	}
+	if second, _ := os.ReadFile(ledger + ".pid"); string(second) == string(first) {
+		t.Fatalf("the call after the crash ran in the crashed server's process %s", first)
 	}
 	if err := closer.Close(); err != nil && !strings.Contains(err.Error(), "closed") {
 		t.Fatal(err)
+	}
+}
+
+// An HTTP server that restarted no longer knows the session: the call that
+// got 404 opens a new session and is sent again, once, and runs once.
+func TestStreamableHTTPRestart(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.txt")
+	handler := func() http.Handler {
+		server := newServer(ledger, false, false)
+		return sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil)
+	}
+	var mu sync.Mutex
+	current := handler()
+	var log methodLog
+	hs := httptest.NewServer(log.wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		h := current
+		mu.Unlock()
+		h.ServeHTTP(w, r)
+	})))
+	defer hs.Close()
+	tools, closer := open(t, design.MCPServer{Name: "web", URL: hs.URL})
+	defer closer.Close()
+	if _, err := run(t, tools["web__record"], `{"note":"one"}`); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	current = handler() // the restart: every session is forgotten
+	mu.Unlock()
+	if out, err := run(t, tools["web__record"], `{"note":"two"}`); err != nil || !strings.Contains(out, "recorded two") {
+		t.Fatalf("record after the restart = %s, %v", out, err)
+	}
+	if data, _ := os.ReadFile(ledger); string(data) != "one\ntwo\n" {
+		t.Fatalf("ledger = %q, want each note once", data)
+	}
+	sessions := map[string]bool{}
+	for _, s := range log.all() {
+		if f := strings.Fields(s); len(f) > 1 && f[0] == "POST" {
+			sessions[f[1]] = true
+		}
+	}
+	if len(sessions) != 2 {
+		t.Fatalf("sessions used = %v, want two", sessions)
 	}
 }
 

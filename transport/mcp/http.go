@@ -77,7 +77,7 @@ func (c *httpConn) send(ctx context.Context, data []byte, id int64) error {
 	case resp.StatusCode == http.StatusNotFound && c.sessionID != "":
 		err := errors.New("the MCP server no longer knows this session (404)")
 		c.s.end(err)
-		return err
+		return fmt.Errorf("%w: %w", errNotDelivered, err)
 	case resp.StatusCode != http.StatusOK:
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("MCP server answered %s: %s", resp.Status, bytes.TrimSpace(msg))

@@ -23,12 +23,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/exec"
 	"regexp"
-	"sort"
 	"strings"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
@@ -52,47 +51,25 @@ var unsafeName = regexp.MustCompile(`[^a-zA-Z0-9_-]`)
 // Open connects to one server and returns its tools. The closer ends the
 // session; for a command it closes the child's stdin and reaps it.
 func Open(ctx context.Context, srv design.MCPServer, env host.ToolSourceEnv) ([]tool.Tool, io.Closer, error) {
-	s := newSession()
-	switch {
-	case len(srv.Command) > 0:
-		cmd := exec.Command(srv.Command[0], srv.Command[1:]...)
-		cmd.Env = os.Environ()
-		keys := make([]string, 0, len(srv.Env))
-		for k := range srv.Env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			cmd.Env = append(cmd.Env, k+"="+srv.Env[k])
-		}
-		cmd.Stderr = logWriter{env}
-		c, err := startStdio(cmd, s)
-		if err != nil {
-			return nil, nil, fmt.Errorf("connect: %w", err)
-		}
-		s.conn = c
-	case srv.URL != "":
-		s.conn, s.roundTrip = &httpConn{url: srv.URL, s: s}, true
-	default:
-		return nil, nil, errors.New("neither command nor url")
-	}
+	c := &client{srv: srv, log: env.Log}
 	cctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
-	if err := s.initialize(cctx, "1"); err != nil {
-		_ = s.Close()
+	s, err := c.connect(cctx)
+	if err != nil {
 		return nil, nil, fmt.Errorf("connect: %w", err)
 	}
+	c.cur = s
 	list, err := s.listTools(cctx)
 	if err != nil {
-		_ = s.Close()
+		_ = c.Close()
 		return nil, nil, fmt.Errorf("list tools: %w", err)
 	}
 	tools := make([]tool.Tool, 0, len(list))
 	for _, t := range list {
-		tools = append(tools, wrap(s, srv, t, env))
+		tools = append(tools, wrap(c, srv, t, env))
 	}
 	env.Log.Info().Int("tools", len(tools)).Msgf("MCP server %s connected with %d tools", srv.Name, len(tools))
-	return tools, s, nil
+	return tools, c, nil
 }
 
 // Idempotent reports whether a tool with these annotations may run again
@@ -101,7 +78,7 @@ func Idempotent(a *Annotations) bool {
 	return a != nil && (a.ReadOnlyHint || a.IdempotentHint)
 }
 
-func wrap(s *session, srv design.MCPServer, t remoteTool, env host.ToolSourceEnv) tool.Tool {
+func wrap(c *client, srv design.MCPServer, t remoteTool, env host.ToolSourceEnv) tool.Tool {
 	name := srv.Name + "__" + unsafeName.ReplaceAllString(t.Name, "_")
 	if len(name) > 64 {
 		name = name[:64]
@@ -129,7 +106,7 @@ func wrap(s *session, srv design.MCPServer, t remoteTool, env host.ToolSourceEnv
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			res, err := s.callTool(ctx, remote, args)
+			res, err := c.callTool(ctx, remote, args)
 			if err != nil {
 				return nil, fmt.Errorf("MCP server %s: %w", srv.Name, err)
 			}
@@ -180,12 +157,12 @@ func contentText(cs []content) string {
 }
 
 // logWriter puts a server's stderr lines into the agent's log.
-type logWriter struct{ env host.ToolSourceEnv }
+type logWriter struct{ log zerolog.Logger }
 
 func (w logWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimRight(string(p), "\n"), "\n") {
 		if line != "" {
-			w.env.Log.Info().Str("stderr", line).Msg("MCP server")
+			w.log.Info().Str("stderr", line).Msg("MCP server")
 		}
 	}
 	return len(p), nil

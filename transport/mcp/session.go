@@ -130,7 +130,7 @@ func (s *session) call(ctx context.Context, method string, params, out any) erro
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
-		return s.err
+		return fmt.Errorf("%w: %w", errNotDelivered, s.err)
 	}
 	s.nextID++
 	id := s.nextID

@@ -95,6 +95,14 @@ func (c *stdioConn) send(ctx context.Context, data []byte, _ int64) error {
 		return err
 	}
 	if _, err := c.stdin.Write(append(data, '\n')); err != nil {
+		select {
+		case <-c.read: // the server had closed its output: it is gone
+			return fmt.Errorf("%w: write to the MCP server: %w", errNotDelivered, err)
+		default:
+		}
+		if errors.Is(err, syscall.EPIPE) {
+			return fmt.Errorf("%w: write to the MCP server: %w", errNotDelivered, err)
+		}
 		return fmt.Errorf("write to the MCP server: %w", err)
 	}
 	return nil
