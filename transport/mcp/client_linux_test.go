@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,5 +53,27 @@ func TestStdioCloseReaps(t *testing.T) {
 				t.Fatalf("server %d still there after close: %v", pid, err)
 			}
 		})
+	}
+}
+
+// A server whose own child keeps its output (and its stderr) open after
+// the server died: the session ends at most twice terminateAfter later (Wait
+// gives up on stderr, then the reader on stdout), not at the call's timeout
+// (20 s here), and the next call starts the server again.
+func TestStdioOrphanHoldsOutput(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.txt")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, closer := open(t, design.MCPServer{Name: "notes",
+		Command: []string{"/bin/sh", "-c", `sleep 10 & exec "$0" -test.run='^$'`, self},
+		Env:     map[string]string{serverEnv: ledger, extraEnv: "1"}, TimeoutMs: 20000})
+	defer closer.Close()
+	if _, err := run(t, tools["notes__crash"], `{}`); err == nil || !strings.Contains(err.Error(), "still holds its output") {
+		t.Fatalf("crash = %v", err)
+	}
+	if out, err := run(t, tools["notes__lookup"], `{"key":"k"}`); err != nil || !strings.Contains(out, "value of k") {
+		t.Fatalf("a call after the server died = %s, %v", out, err)
 	}
 }

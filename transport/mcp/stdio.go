@@ -46,6 +46,9 @@ func startStdio(cmd *exec.Cmd, s *session) (*stdioConn, error) {
 		return nil, err
 	}
 	cmd.Stdin, cmd.Stdout = inR, outW
+	// Stderr is copied by exec: a process the server started may hold it
+	// open, and Wait would wait for it for ever.
+	cmd.WaitDelay = terminateAfter
 	err = cmd.Start()
 	inR.Close()
 	outW.Close()
@@ -55,11 +58,19 @@ func startStdio(cmd *exec.Cmd, s *session) (*stdioConn, error) {
 		return nil, err
 	}
 	c := &stdioConn{cmd: cmd, stdin: inW, stdout: outR, exited: make(chan struct{}), read: make(chan struct{})}
+	go c.readLoop(s)
 	go func() {
 		_ = cmd.Wait()
 		close(c.exited)
+		// A process the server started may hold its output open after
+		// the server exited: its calls would wait for their timeouts.
+		select {
+		case <-c.read:
+		case <-time.After(terminateAfter):
+			s.end(errors.New("the MCP server exited (a process it started still holds its output)"))
+			_ = c.stdout.Close()
+		}
 	}()
-	go c.readLoop(s)
 	return c, nil
 }
 
