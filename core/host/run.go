@@ -72,6 +72,14 @@ func OpenStore(ctx context.Context, url, dataDir string, log zerolog.Logger) (pl
 // ErrAgentRunning or plugin.ErrLocked means another process runs the agent.
 func Run(ctx context.Context, o Options) error {
 	log, cfg := o.Log, o.Config
+	// Caught from the start and until the store is closed (deferred
+	// first, this runs last): a signal during the start stops the agent
+	// once it runs, and a second one while it stops (a daemon that died
+	// sends SIGTERM twice: its death signal, then the end of the agent's
+	// stdin) does not kill it in the middle of the store's last commit.
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	lock, err := LockAgent(cfg.Data, o.AgentID)
 	if err != nil {
 		return err
@@ -140,9 +148,6 @@ func Run(ctx context.Context, o Options) error {
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
 	}
 
-	sig := make(chan os.Signal, 2)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
-	defer signal.Stop(sig)
 	var runErr error
 	select {
 	case s := <-sig:

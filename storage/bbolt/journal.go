@@ -353,6 +353,13 @@ func readJournal(path string, folded uint64, size int64) (*journal, *replayed, e
 	if err != nil {
 		return nil, nil, err
 	}
+	// A record a killed process wrote but did not sync is in the page
+	// cache: replayed and built on, it must not be lost to a power cut
+	// afterwards (see open).
+	if err := datasync(f); err != nil {
+		f.Close()
+		return nil, nil, err
+	}
 	buf, err := io.ReadAll(f)
 	if err != nil {
 		f.Close()
@@ -527,4 +534,19 @@ func putFolded(tx *bolt.Tx, n uint64) error {
 		return err
 	}
 	return mb.Put(keyFolded, appendFrame(nil, keyFolded, binary.BigEndian.AppendUint64(nil, n)))
+}
+
+// syncPath makes durable what is written to the file at path, whoever
+// wrote it: a process that died before its fsync leaves its writes in the
+// page cache, where every later reader sees them.
+func syncPath(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = datasync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

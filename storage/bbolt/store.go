@@ -257,7 +257,8 @@ func (s *Store) newAgent(id string) *agentStore {
 // that is empty, cut short or damaged is never taken for a new agent: it is
 // checked (checkFile) before bbolt maps it, then by bbolt's own consistency
 // check, and refused with an error wrapping plugin.ErrCorrupt that names it.
-// Opening writes nothing to an existing file.
+// Opening writes nothing to an existing file; it syncs it (syncPath), and
+// the journal, before reading them.
 func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	if a.db != nil {
 		return true, nil
@@ -277,6 +278,16 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		return false, fmt.Errorf("%s is not a regular file", a.path)
 	}
 	created := fi == nil
+	if !created {
+		// What a process killed in the middle of a commit wrote is in the
+		// page cache, not on the disk: this process would read it as the
+		// newest commit, number its journal records after it, and lose them
+		// all to a power cut that took the commit back. Made durable first,
+		// it stays.
+		if err := syncPath(a.path); err != nil {
+			return false, err
+		}
+	}
 	corrupt := func(why string, args ...any) error {
 		return fmt.Errorf("%s is damaged: %s: %w", a.path, fmt.Sprintf(why, args...), plugin.ErrCorrupt)
 	}
