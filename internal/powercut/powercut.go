@@ -142,3 +142,25 @@ func (f *FS) Stats() Stats {
 	defer f.mu.Unlock()
 	return Stats{f.fileSyncs, f.dirSyncs, f.cuts}
 }
+
+// WriteFile writes data to path (created, or truncated), fsyncing the file
+// when sync is set: through the mount, the write is pending in the model
+// until it is synced. It fails t on any error.
+func WriteFile(t testing.TB, path string, data []byte, sync bool) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	if sync {
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

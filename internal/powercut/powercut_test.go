@@ -35,26 +35,6 @@ func syncDir(t *testing.T, dir string) {
 	}
 }
 
-// writeFile writes data to path, fsyncing the file when sync is set.
-func writeFile(t *testing.T, path string, data []byte, sync bool) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Write(data); err != nil {
-		t.Fatal(err)
-	}
-	if sync {
-		if err := f.Sync(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func readFile(t *testing.T, path string) (string, bool) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -90,44 +70,44 @@ func TestCut(t *testing.T) {
 		want []want
 	}{
 		{"unsynced write is lost", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("old"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("old"), true)
 			syncDir(t, dir)
-			writeFile(t, filepath.Join(dir, "a"), []byte("new!"), false)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("new!"), false)
 		}, []want{{"a", "old", true}}},
 		{"synced write survives", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("old"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("old"), true)
 			syncDir(t, dir)
-			writeFile(t, filepath.Join(dir, "a"), []byte("new!"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("new!"), true)
 		}, []want{{"a", "new!", true}}},
 		{"synced file without directory fsync is lost", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("data"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("data"), true)
 		}, []want{{"a", "", false}}},
 		{"rename without directory fsync is lost", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("old"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("old"), true)
 			syncDir(t, dir)
-			writeFile(t, filepath.Join(dir, "a.tmp"), []byte("new"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a.tmp"), []byte("new"), true)
 			if err := os.Rename(filepath.Join(dir, "a.tmp"), filepath.Join(dir, "a")); err != nil {
 				t.Fatal(err)
 			}
 		}, []want{{"a", "old", true}, {"a.tmp", "", false}}},
 		{"rename with directory fsync survives", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("old"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("old"), true)
 			syncDir(t, dir)
-			writeFile(t, filepath.Join(dir, "a.tmp"), []byte("new"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a.tmp"), []byte("new"), true)
 			if err := os.Rename(filepath.Join(dir, "a.tmp"), filepath.Join(dir, "a")); err != nil {
 				t.Fatal(err)
 			}
 			syncDir(t, dir)
 		}, []want{{"a", "new", true}, {"a.tmp", "", false}}},
 		{"unlink without directory fsync is undone", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("kept"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("kept"), true)
 			syncDir(t, dir)
 			if err := os.Remove(filepath.Join(dir, "a")); err != nil {
 				t.Fatal(err)
 			}
 		}, []want{{"a", "kept", true}}},
 		{"truncate without fsync is undone", func(t *testing.T, dir string) {
-			writeFile(t, filepath.Join(dir, "a"), []byte("0123456789"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "a"), []byte("0123456789"), true)
 			syncDir(t, dir)
 			if err := os.Truncate(filepath.Join(dir, "a"), 3); err != nil {
 				t.Fatal(err)
@@ -137,14 +117,14 @@ func TestCut(t *testing.T) {
 			if err := os.Mkdir(filepath.Join(dir, "d"), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, filepath.Join(dir, "d", "a"), []byte("x"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "d", "a"), []byte("x"), true)
 			syncDir(t, filepath.Join(dir, "d"))
 		}, []want{{"d/a", "", false}}},
 		{"new directory with every parent fsynced survives", func(t *testing.T, dir string) {
 			if err := os.Mkdir(filepath.Join(dir, "d"), 0o700); err != nil {
 				t.Fatal(err)
 			}
-			writeFile(t, filepath.Join(dir, "d", "a"), []byte("x"), true)
+			powercut.WriteFile(t, filepath.Join(dir, "d", "a"), []byte("x"), true)
 			syncDir(t, filepath.Join(dir, "d"))
 			syncDir(t, dir)
 		}, []want{{"d/a", "x", true}}},
@@ -172,7 +152,7 @@ func TestTear(t *testing.T) {
 	run := func(seed uint64) (string, powercut.CutStats) {
 		p := powercut.New(t, seed)
 		path := filepath.Join(p.Dir(), "f")
-		writeFile(t, path, old, true)
+		powercut.WriteFile(t, path, old, true)
 		syncDir(t, p.Dir())
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {

@@ -111,23 +111,6 @@ func TestOpenSyncsAKilledCommit(t *testing.T) {
 		}
 		return b
 	}
-	write := func(p string, b []byte, sync bool) {
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.Write(b); err != nil {
-			t.Fatal(err)
-		}
-		if sync {
-			if err := f.Sync(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	tick := func() uint64 {
 		n, err := strconv.ParseUint(run("load", dir, id), 10, 64)
 		if err != nil {
@@ -140,9 +123,9 @@ func TestOpenSyncsAKilledCommit(t *testing.T) {
 	db3, jr3 := read(db), read(jr)
 	saves(4, 6)
 	db6 := read(db)
-	write(db, db3, true)
-	write(jr, jr3, true)
-	write(db, db6, false) // the killed process's commit, not synced
+	powercut.WriteFile(t, db, db3, true)
+	powercut.WriteFile(t, jr, jr3, true)
+	powercut.WriteFile(t, db, db6, false) // the killed process's commit, not synced
 
 	seen := tick()
 	if seen != 6 {
