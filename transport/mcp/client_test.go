@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -277,6 +278,47 @@ func TestConnectErrors(t *testing.T) {
 			_, _, err := mcppkg.Open(context.Background(), tc.srv, toolEnv(t))
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Calls from several goroutines at once each get their own answer, over
+// both transports.
+func TestConcurrentCalls(t *testing.T) {
+	ledger := filepath.Join(t.TempDir(), "ledger.txt")
+	server := newServer(ledger, false, false)
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return server }, nil))
+	defer hs.Close()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, srv := range []design.MCPServer{
+		{Name: "web", URL: hs.URL},
+		{Name: "cmd", Command: []string{self, "-test.run=^$"}, Env: map[string]string{serverEnv: ledger}},
+	} {
+		t.Run(srv.Name, func(t *testing.T) {
+			tools, closer := open(t, srv)
+			defer closer.Close()
+			lookup := tools[srv.Name+"__lookup"]
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for i := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := fmt.Sprintf("k%d", i)
+					out, err := lookup.Run(context.Background(), tool.Env{}, json.RawMessage(`{"key":"`+key+`"}`))
+					if err != nil || string(out) != `{"content":"value of `+key+`"}` {
+						errs <- fmt.Errorf("%s: %s, %v", key, out, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
 			}
 		})
 	}

@@ -74,7 +74,7 @@ func (c *httpConn) send(ctx context.Context, data []byte, id int64) error {
 	switch {
 	case resp.StatusCode == http.StatusAccepted:
 		return nil
-	case resp.StatusCode == http.StatusNotFound && c.sessionID != "":
+	case resp.StatusCode == http.StatusNotFound && req.Header.Get("Mcp-Session-Id") != "":
 		err := errors.New("the MCP server no longer knows this session (404)")
 		c.s.end(err)
 		return fmt.Errorf("%w: %w", errNotDelivered, err)
