@@ -535,18 +535,3 @@ func putFolded(tx *bolt.Tx, n uint64) error {
 	}
 	return mb.Put(keyFolded, appendFrame(nil, keyFolded, binary.BigEndian.AppendUint64(nil, n)))
 }
-
-// syncPath makes durable what is written to the file at path, whoever
-// wrote it: a process that died before its fsync leaves its writes in the
-// page cache, where every later reader sees them.
-func syncPath(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	err = datasync(f)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	return err
-}

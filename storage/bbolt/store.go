@@ -250,6 +250,21 @@ func (s *Store) newAgent(id string) *agentStore {
 	return &agentStore{id: id, path: filepath.Join(s.dir, id, FileName)}
 }
 
+// syncPath makes durable what is written to the file at path, whoever
+// wrote it: a process that died before its fsync leaves its writes in the
+// page cache, where every later reader sees them.
+func syncPath(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	err = datasync(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
 // open opens the agent's file if it is not open yet. Without create, a
 // missing file is not created and open reports false. a.mu is held.
 //

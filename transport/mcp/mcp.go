@@ -6,9 +6,10 @@
 // non-idempotent (a pending_action first, an unknown outcome after a
 // crash).
 //
-// The client is this package's own (session.go, stdio.go, http.go): the
-// JSON-RPC requests an agent needs (initialize, tools/list, tools/call),
-// pings from the server, cancellation, and both transports. The official
+// The client is this package's own: the JSON-RPC requests an agent needs
+// (initialize, tools/list, tools/call), pings from the server and
+// cancellation (session.go), both transports (stdio.go, http.go), and a new
+// session when the server ended the last one (client.go). The official
 // Go SDK, which the tests run as the server, is not linked into the
 // binary: its packages (29, encoding/gob and a JSON Schema implementation
 // among them) initialise at the start of every process of the binary, and
