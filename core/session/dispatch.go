@@ -62,10 +62,13 @@ const (
 )
 
 func (m *Manager) loop(ctx context.Context, r *run) {
-	// The periodic checkpoint, besides the event moments.
-	tickDone := make(chan struct{})
-	defer close(tickDone)
+	// The periodic checkpoint, besides the event moments. The loop returns
+	// only after it: a checkpoint still being written when Close returned
+	// would race the caller's next step (a removal, a new Manager).
+	tickDone, tickExited := make(chan struct{}), make(chan struct{})
+	defer func() { close(tickDone); <-tickExited }()
 	go func() {
+		defer close(tickExited)
 		t := time.NewTicker(m.o.CheckpointInterval)
 		defer t.Stop()
 		for {
