@@ -46,7 +46,7 @@ func TestSmallBuildDeps(t *testing.T) {
 	}
 	for _, p := range deps {
 		for _, banned := range []string{"modernc.org/sqlite", "modernc.org/libc", "github.com/openstarry/openstarry-edge/core/session",
-			"github.com/openstarry/openstarry-edge/storage/memory/fts", "github.com/redis/go-redis", "github.com/modelcontextprotocol/go-sdk",
+			"github.com/openstarry/openstarry-edge/storage/memory/fts", "github.com/openstarry/openstarry-edge/storage/redis", "github.com/redis/go-redis", "github.com/modelcontextprotocol/go-sdk",
 			// net/http's HTTP/2 (its header compression is the one
 			// package of it go list shows).
 			"vendor/golang.org/x/net/http2"} {

@@ -1,5 +1,5 @@
-// Package redis is the snapshot store for a Redis server, through
-// github.com/redis/go-redis/v9.
+// Package redis is the snapshot store for a Redis server, through its own
+// small client (internal/resp, which says why it is not a general one).
 //
 // # Promise
 //
@@ -21,10 +21,12 @@
 //
 // # Layout
 //
-// The URL is redis://[user:password@]host:port/db (rediss:// for TLS), parsed
-// by redis.ParseURL, plus three parameters of this store, removed before that:
-// prefix (default "openstarry:"), retention_tasks and retention_age (a Go
-// duration). Every key starts with the prefix P:
+// The URL is redis://[user:password@]host:port/db (rediss:// for TLS),
+// parsed by resp.ParseURL with its connection parameters (dial_timeout,
+// read_timeout, write_timeout, pool_size), plus three parameters of this
+// store, removed before that: prefix (default "openstarry:"),
+// retention_tasks and retention_age (a Go duration). Any other parameter is
+// an error. Every key starts with the prefix P:
 //
 //	P agents                 SET of the agent ids stored
 //	P agent:ID:meta          HASH gen (generation of cur), taskseq (highest Result.Seq indexed)

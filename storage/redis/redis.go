@@ -11,18 +11,15 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+	"github.com/openstarry/openstarry-edge/storage/redis/internal/resp"
 )
 
 func init() {
-	// go-redis logs its own dial failures through the standard logger, in
-	// another format, beside the error Open returns and logs: keep one line.
-	goredis.SetLogger(quietLogger{})
 	plugin.Register(plugin.Info{
 		ID:          "storage.redis",
 		Description: "snapshots in a Redis server (durable with appendonly yes, appendfsync always)",
@@ -36,10 +33,6 @@ func init() {
 		OpenStorage: openURL,
 	})
 }
-
-type quietLogger struct{}
-
-func (quietLogger) Printf(context.Context, string, ...any) {}
 
 // DefaultPrefix starts every key when the URL names no prefix.
 const DefaultPrefix = "openstarry:"
@@ -60,9 +53,9 @@ var (
 //go:embed save.lua
 var saveLua string
 
-// saveScript is immutable once built: go-redis sends its SHA and falls back
-// to its source when the server does not know it.
-var saveScript = goredis.NewScript(saveLua)
+// saveScript is sent by its SHA, and with its source when the server does
+// not know it.
+var saveScript = resp.NewScript(saveLua)
 
 // Options configure a Store.
 type Options struct {
@@ -86,7 +79,7 @@ type Options struct {
 // Store is the Redis snapshot store. It is safe for concurrent use; calls for
 // one agent are expected from that agent's single owner goroutine.
 type Store struct {
-	c      *goredis.Client
+	c      *resp.Client
 	addr   string
 	prefix string
 	log    zerolog.Logger
@@ -121,7 +114,7 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 	safe := u.Redacted()
 	ret := o.Retention
 	// The retention and prefix parameters are the store's; the others are
-	// go-redis's.
+	// the connection's (resp.Parameters).
 	q, err := backend.ParseRetention(u.Query(), &ret)
 	if err != nil {
 		return nil, fmt.Errorf("redis: open %s: %w", safe, err)
@@ -135,17 +128,15 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 		q.Del("prefix")
 	}
 	u.RawQuery = q.Encode()
-	opt, err := goredis.ParseURL(u.String())
+	opt, err := resp.ParseURL(u)
 	if err != nil {
 		return nil, fmt.Errorf("redis: open %s: %w", safe, err)
 	}
-	// A Save is not idempotent: a retry after a lost answer would meet its
-	// own generation and report a false conflict. The caller retries.
-	if !q.Has("max_retries") {
-		opt.MaxRetries = -1
-	}
+	// The client never sends a command twice: a Save retried after a lost
+	// answer would meet its own generation and report a false conflict.
+	// The caller retries, after loading again.
 	s := &Store{
-		c:      goredis.NewClient(opt),
+		c:      resp.New(opt),
 		addr:   opt.Addr,
 		prefix: prefix,
 		log:    o.Logger,
@@ -155,7 +146,7 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if err := s.c.Ping(ctx).Err(); err != nil {
+	if _, err := s.c.Do(ctx, "PING"); err != nil {
 		s.c.Close()
 		return nil, fmt.Errorf("redis: open %s: %w: %w", safe, err, ErrUnavailable)
 	}
@@ -170,11 +161,17 @@ func (s *Store) checkDurability(ctx context.Context) {
 	cfg := map[string]string{}
 	var err error
 	for _, k := range []string{"appendonly", "appendfsync"} {
-		var m map[string]string
-		if m, err = s.c.ConfigGet(ctx, k).Result(); err != nil {
+		var r resp.Reply
+		if r, err = s.c.Do(ctx, "CONFIG", "GET", k); err != nil {
 			break
 		}
-		cfg[k] = m[k]
+		var kv []string
+		if kv, err = r.Strings(); err != nil {
+			break
+		}
+		for i := 0; i+1 < len(kv); i += 2 {
+			cfg[kv[i]] = kv[i+1]
+		}
 	}
 	switch {
 	case err != nil:
@@ -215,7 +212,7 @@ const (
 // context's error, ErrUnavailable for a connection that failed, or the
 // server's error as it is.
 func (s *Store) failed(err error) error {
-	var rerr goredis.Error
+	var rerr resp.Error
 	switch {
 	case s.known.Closed():
 		return plugin.ErrClosed
@@ -277,7 +274,7 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 
 	// Commit point: the server's answer, after its append-only file took
 	// the script's writes (fsynced first with appendfsync always).
-	err = saveScript.Run(ctx, s.c, keys, args...).Err()
+	_, err = saveScript.Run(ctx, s.c, keys, args...)
 	if err != nil {
 		s.known.Set(id, nil) // unknown outcome, or stale: read the generation again next time
 		if msg, ok := strings.CutPrefix(err.Error(), "OSCONFLICT "); ok {
@@ -292,31 +289,34 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 
 // inspect reads the stored generation and checks the current record.
 func (s *Store) inspect(ctx context.Context, keys []string) (*state, error) {
-	pipe := s.c.Pipeline()
-	meta := pipe.HMGet(ctx, keys[kMeta], "gen", "taskseq")
-	cur := pipe.Get(ctx, keys[kCur])
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
-		return nil, err
-	}
-	st, err := parseMeta(meta.Val())
+	rs, err := s.c.Pipeline(ctx, []any{"HMGET", keys[kMeta], "gen", "taskseq"}, []any{"GET", keys[kCur]})
 	if err != nil {
 		return nil, err
 	}
-	if b, err := cur.Bytes(); err == nil {
+	st, err := parseMeta(rs[0])
+	if err != nil {
+		return nil, err
+	}
+	if b, err := rs[1].Bytes(); err == nil {
 		_, _, derr := decodeRecord(b)
 		st.curBad = derr != nil
 	}
 	return st, nil
 }
 
-// parseMeta reads HMGET meta gen taskseq; missing fields are zero.
-func parseMeta(vals []any) (*state, error) {
+// parseMeta reads the reply of HMGET meta gen taskseq; missing fields are
+// zero.
+func parseMeta(r resp.Reply) (*state, error) {
+	vals, err := r.Strings()
+	if err != nil {
+		return nil, err
+	}
 	var st state
 	for i, p := range []*uint64{&st.gen, &st.taskSeq} {
-		if i >= len(vals) || vals[i] == nil {
+		if i >= len(vals) || r.Array[i].Null {
 			continue
 		}
-		v, _ := vals[i].(string)
+		v := vals[i]
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
 			return nil, fmt.Errorf("meta field %d is %q, not a number: %w", i, v, plugin.ErrCorrupt)
@@ -339,23 +339,20 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
 	}
 	keys := s.keys(agentID)
-	pipe := s.c.Pipeline()
-	meta := pipe.HMGet(ctx, keys[kMeta], "gen", "taskseq")
-	cur := pipe.Get(ctx, keys[kCur])
-	prev := pipe.Get(ctx, keys[kPrev])
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
+	rs, err := s.c.Pipeline(ctx, []any{"HMGET", keys[kMeta], "gen", "taskseq"}, []any{"GET", keys[kCur]}, []any{"GET", keys[kPrev]})
+	if err != nil {
 		return nil, fmt.Errorf("redis: load %s: %w", agentID, s.failed(err))
 	}
-	st, err := parseMeta(meta.Val())
+	st, err := parseMeta(rs[0])
 	if err != nil {
 		return nil, fmt.Errorf("redis: load %s: %w", agentID, err)
 	}
 
 	var problems []string
-	for i, cmd := range []*goredis.StringCmd{cur, prev} {
+	for i, r := range rs[1:] {
 		name := keys[kCur+i]
-		b, err := cmd.Bytes()
-		if errors.Is(err, goredis.Nil) {
+		b, err := r.Bytes()
+		if errors.Is(err, resp.ErrNil) {
 			if i == 0 && st.gen > 0 {
 				problems = append(problems, name+" is missing")
 			}
@@ -402,11 +399,18 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 		return fmt.Errorf("redis: delete %s: %w", agentID, err)
 	}
 	keys := s.keys(agentID)
-	_, err := s.c.TxPipelined(ctx, func(p goredis.Pipeliner) error {
-		p.Del(ctx, keys[:kAgents]...)
-		p.SRem(ctx, keys[kAgents], agentID)
-		return nil
-	})
+	del := []any{"DEL"}
+	for _, k := range keys[:kAgents] {
+		del = append(del, k)
+	}
+	rs, err := s.c.Pipeline(ctx, []any{"MULTI"}, del, []any{"SREM", keys[kAgents], agentID}, []any{"EXEC"})
+	if err == nil {
+		for _, r := range rs {
+			if err = r.Err(); err != nil {
+				break
+			}
+		}
+	}
 	s.known.Set(agentID, nil)
 	if err != nil {
 		return fmt.Errorf("redis: delete %s: %w", agentID, s.failed(err))
@@ -419,7 +423,11 @@ func (s *Store) List(ctx context.Context) ([]string, error) {
 	if s.known.Closed() {
 		return nil, fmt.Errorf("redis: list: %w", plugin.ErrClosed)
 	}
-	ids, err := s.c.SMembers(ctx, s.prefix+"agents").Result()
+	r, err := s.c.Do(ctx, "SMEMBERS", s.prefix+"agents")
+	var ids []string
+	if err == nil {
+		ids, err = r.Strings()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("redis: list: %w", s.failed(err))
 	}
@@ -435,8 +443,12 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	if _, err := s.known.Get(agentID); err != nil {
 		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, err)
 	}
-	b, err := s.c.HGet(ctx, s.keys(agentID)[kTasks], taskID).Bytes()
-	if errors.Is(err, goredis.Nil) {
+	reply, err := s.c.Do(ctx, "HGET", s.keys(agentID)[kTasks], taskID)
+	var b []byte
+	if err == nil {
+		b, err = reply.Bytes()
+	}
+	if errors.Is(err, resp.ErrNil) {
 		return nil, fmt.Errorf("redis: task result %s/%s: %w", agentID, taskID, plugin.ErrNotFound)
 	}
 	if err != nil {

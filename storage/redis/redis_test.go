@@ -313,8 +313,8 @@ func TestOpenURL(t *testing.T) {
 	if s.Prefix() != "p1:" || s.ret.MaxTasks != 7 || s.ret.MaxAgeMs != 3600_000 || s.c.Options().DB != 2 {
 		t.Fatalf("prefix %q retention %+v db %d", s.Prefix(), s.ret, s.c.Options().DB)
 	}
-	if s.c.Options().MaxRetries != 0 { // -1 (none) reads back as 0 once the client is built
-		t.Errorf("MaxRetries %d: a Save must not be retried by the client", s.c.Options().MaxRetries)
+	if s.c.Options().DialTimeout != 2*time.Second {
+		t.Errorf("dial_timeout=2s read as %v", s.c.Options().DialTimeout)
 	}
 	if err := s.Save(ctx, storagetest.Sample("u", 1)); err != nil {
 		t.Fatal(err)

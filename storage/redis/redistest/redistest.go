@@ -34,6 +34,8 @@ type Server struct {
 	dir   string
 	port  int
 	fsync string
+	tls   []string // the TLS arguments of StartTLS
+	tport int      // the TLS port of StartTLS
 	cmd   *exec.Cmd
 	mu    sync.Mutex // guards cmd
 }
@@ -48,6 +50,22 @@ type Server struct {
 // unless OPENSTARRY_SKIP_REDIS=1 is set.
 func Start(t testing.TB, fsync string) *Server {
 	t.Helper()
+	return start(t, &Server{t: t, fsync: fsync})
+}
+
+// StartTLS is Start with appendfsync always and, beside the plain port, a
+// TLS port (TLSAddr) serving the certificate and key in PEM files; clients
+// need no certificate.
+func StartTLS(t testing.TB, certFile, keyFile string) *Server {
+	t.Helper()
+	s := &Server{t: t, fsync: "always", tport: loopback.FreePort(t)}
+	s.tls = []string{"--tls-port", strconv.Itoa(s.tport), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
+		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no"}
+	return start(t, s)
+}
+
+func start(t testing.TB, s *Server) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		if os.Getenv("OPENSTARRY_SKIP_REDIS") == "1" {
@@ -57,7 +75,7 @@ func Start(t testing.TB, fsync string) *Server {
 			"Install it (Debian/Ubuntu: apt-get install -y redis-server; macOS: brew install redis), " +
 			"or set OPENSTARRY_SKIP_REDIS=1 to skip these tests")
 	}
-	s := &Server{t: t, bin: bin, dir: t.TempDir(), fsync: fsync}
+	s.bin, s.dir = bin, t.TempDir()
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ { // a free port can be taken between picking and binding it
 		s.port = loopback.FreePort(t)
@@ -73,10 +91,11 @@ func Start(t testing.TB, fsync string) *Server {
 // start runs the server on s.port and s.dir and waits for PING.
 func (s *Server) start() error {
 	logPath := filepath.Join(s.dir, "redis.log")
-	cmd := exec.Command(s.bin,
+	args := append([]string{
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1",
 		"--appendonly", "yes", "--appendfsync", s.fsync,
-		"--dir", s.dir, "--save", "", "--logfile", logPath)
+		"--dir", s.dir, "--save", "", "--logfile", logPath}, s.tls...)
+	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
@@ -150,6 +169,9 @@ func (s *Server) Restart() {
 		s.t.Fatalf("restart redis-server: %v", err)
 	}
 }
+
+// TLSAddr is the host:port of the TLS port of StartTLS.
+func (s *Server) TLSAddr() string { return "127.0.0.1:" + strconv.Itoa(s.tport) }
 
 // Addr is the server's host:port.
 func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
