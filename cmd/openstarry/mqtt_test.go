@@ -17,6 +17,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/openstarry/openstarry-edge/internal/loopback"
+	"github.com/openstarry/openstarry-edge/internal/testcert"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
@@ -421,8 +422,8 @@ func TestMQTTBadCredentials(t *testing.T) {
 
 func TestMQTTBadTLSCA(t *testing.T) {
 	dir := t.TempDir()
-	good := mqtttest.WriteCerts(t, dir, "hub")
-	other := mqtttest.WriteCerts(t, dir, "stranger")
+	good := testcert.Write(t, dir, "hub")
+	other := testcert.Write(t, dir, "stranger")
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{TLS: &good})
 	data := t.TempDir()
 	code, _, stderr := exitRun(t, 30*time.Second, "run", "--agent", "tls", "--device", mqttDevice, "--listen", "",

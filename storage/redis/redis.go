@@ -132,9 +132,10 @@ func Open(ctx context.Context, rawURL string, o Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: open %s: %w", safe, err)
 	}
-	// The client never sends a command twice: a Save retried after a lost
+	// The client never sends a command twice: a Save resent after a lost
 	// answer would meet its own generation and report a false conflict.
-	// The caller retries, after loading again.
+	// The caller retries the tick; Save reads the stored generation again
+	// first.
 	s := &Store{
 		c:      resp.New(opt),
 		addr:   opt.Addr,

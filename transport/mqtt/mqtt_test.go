@@ -20,6 +20,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/tool"
 	"github.com/openstarry/openstarry-edge/internal/loopback"
+	"github.com/openstarry/openstarry-edge/internal/testcert"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/bbolt"
 	"github.com/openstarry/openstarry-edge/transport/broker"
@@ -425,8 +426,8 @@ func TestMQTTStartErrors(t *testing.T) {
 		t.Errorf("right password: %v", err)
 	}
 
-	certs := mqtttest.WriteCerts(t, dir, "good")
-	other := mqtttest.WriteCerts(t, dir, "other")
+	certs := testcert.Write(t, dir, "good")
+	other := testcert.Write(t, dir, "other")
 	tm := mqtttest.StartMosquitto(t, mqtttest.Options{TLS: &certs})
 	if err := start(mqtt.Config{Broker: tm.URL(), CAFile: other.CA}); !errors.Is(err, mqtt.ErrTLS) {
 		t.Errorf("unknown CA: %v", err)

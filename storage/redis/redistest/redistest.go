@@ -54,13 +54,13 @@ func Start(t testing.TB, fsync string) *Server {
 }
 
 // StartTLS is Start with appendfsync always and, beside the plain port, a
-// TLS port (TLSAddr) serving the certificate and key in PEM files; clients
-// need no certificate.
-func StartTLS(t testing.TB, certFile, keyFile string) *Server {
+// TLS port (TLSAddr) serving the certificate and key of PEM files signed
+// by the CA in caFile; clients need no certificate.
+func StartTLS(t testing.TB, caFile, certFile, keyFile string) *Server {
 	t.Helper()
 	s := &Server{t: t, fsync: "always", tport: loopback.FreePort(t)}
 	s.tls = []string{"--tls-port", strconv.Itoa(s.tport), "--tls-cert-file", certFile, "--tls-key-file", keyFile,
-		"--tls-ca-cert-file", certFile, "--tls-auth-clients", "no"}
+		"--tls-ca-cert-file", caFile, "--tls-auth-clients", "no"}
 	return start(t, s)
 }
 

@@ -7,14 +7,7 @@ package mqtttest
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -29,6 +22,7 @@ import (
 	paho "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/openstarry/openstarry-edge/internal/loopback"
+	"github.com/openstarry/openstarry-edge/internal/testcert"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -73,10 +67,8 @@ type Options struct {
 	Config string
 }
 
-// TLSFiles are the PEM files of a TLS setup.
-type TLSFiles struct {
-	CA, Cert, Key string
-}
+// TLSFiles are the PEM files of a TLS setup (testcert.Write makes them).
+type TLSFiles = testcert.Files
 
 // Mosquitto is a broker process of a test.
 type Mosquitto struct {
@@ -289,57 +281,6 @@ func PasswordFile(t testing.TB, dir string, users map[string]string) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// WriteCerts writes a CA and a server certificate for 127.0.0.1 and
-// localhost signed by it into dir.
-func WriteCerts(t testing.TB, dir, name string) TLSFiles {
-	t.Helper()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name + " test CA"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "127.0.0.1"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		DNSNames:     []string{"localhost"},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	f := TLSFiles{
-		CA:   filepath.Join(dir, name+"-ca.pem"),
-		Cert: filepath.Join(dir, name+"-cert.pem"),
-		Key:  filepath.Join(dir, name+"-key.pem"),
-	}
-	write := func(path, typ string, b []byte) {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write(f.CA, "CERTIFICATE", caDER)
-	write(f.Cert, "CERTIFICATE", der)
-	write(f.Key, "EC PRIVATE KEY", keyDER)
-	return f
 }
 
 // Message is one message a Collector received.

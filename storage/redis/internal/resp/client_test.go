@@ -3,26 +3,18 @@ package resp
 import (
 	"bufio"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/testcert"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/storage/redis/redistest"
 )
@@ -251,9 +243,8 @@ func TestDeadlines(t *testing.T) {
 }
 
 func TestTLS(t *testing.T) {
-	dir := t.TempDir()
-	cert, key, pool := selfSigned(t, dir)
-	srv := redistest.StartTLS(t, cert, key)
+	certs := testcert.Write(t, t.TempDir(), "redis")
+	srv := redistest.StartTLS(t, certs.CA, certs.Cert, certs.Key)
 	u, _ := url.Parse("rediss://" + srv.TLSAddr() + "/1")
 	o, err := ParseURL(u)
 	if err != nil {
@@ -266,7 +257,7 @@ func TestTLS(t *testing.T) {
 	if _, err := client(t, o).Do(ctx, "PING"); err == nil || !strings.Contains(err.Error(), "TLS") {
 		t.Fatalf("PING with an unknown CA: %v", err)
 	}
-	o.TLS.RootCAs = pool
+	o.TLS.RootCAs = certs.Pool(t)
 	c := client(t, o)
 	mustDo(t, c, "SET", "over", "tls")
 	if b, _ := mustDo(t, c, "GET", "over").Bytes(); string(b) != "tls" {
@@ -277,42 +268,6 @@ func TestTLS(t *testing.T) {
 	if a != b {
 		t.Fatalf("two commands in a row used connections %d and %d", a, b)
 	}
-}
-
-// selfSigned writes a self-signed certificate for 127.0.0.1 and its key,
-// and returns their paths and a pool that trusts it.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "redis test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &k.PublicKey, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalECPrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(c)
-	return certFile, keyFile, pool
 }
 
 func TestParseURL(t *testing.T) {
