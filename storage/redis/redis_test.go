@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -338,4 +339,27 @@ func TestOpenURL(t *testing.T) {
 	if _, err := plugin.OpenStorage(ctx, "redis://"+srv.Addr()+"?bogus=1", env); err == nil || !strings.Contains(err.Error(), "bogus") {
 		t.Fatalf("unknown parameter: %v", err)
 	}
+}
+
+// crashAddrEnv hands the crash test's children the server of their parent.
+const crashAddrEnv = "OPENSTARRY_TEST_REDIS_CRASH_ADDR"
+
+// TestCrash is the crash test every backend runs: a child process saving
+// tick after tick is killed with SIGKILL in the middle of its Saves, and a
+// new store must load the last acknowledged tick or the one in flight. The
+// server stays up: what is killed is the store's process, with a script
+// call on the wire.
+func TestCrash(t *testing.T) {
+	addr := os.Getenv(crashAddrEnv)
+	if addr == "" && !testing.Short() {
+		addr = redistest.Start(t, "always").Addr()
+		t.Setenv(crashAddrEnv, addr)
+	}
+	storagetest.RunCrash(t, storagetest.CrashHarness{Open: func(t *testing.T, dir string) plugin.Storage {
+		s, err := Open(ctx, "redis://"+addr+"/0?prefix="+prefixOf(dir), Options{Logger: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	}})
 }
