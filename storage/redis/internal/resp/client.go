@@ -283,9 +283,8 @@ func (cn *conn) roundTrip(ctx context.Context, o *Options, buf []byte, n int) (r
 	// deadline to the past.
 	stop := context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(aLongTimeAgo) })
 	rs, err = cn.exchange(ctx, o, buf, n)
-	// When stop finds the interruption ran, or running behind this
-	// return, the connection is not reused even if the replies are
-	// complete.
+	// stop reports false when the interruption ran or is running: then
+	// the connection is not reused, even with complete replies.
 	stopped := stop()
 	if err != nil {
 		if cerr := ended(ctx); cerr != nil {
