@@ -145,9 +145,11 @@ func readDepth(br *bufio.Reader, depth int) (Reply, error) {
 		return r, nil
 	case '$':
 		n, err := length(body, maxBulk)
-		if err != nil || n < 0 {
-			r.Null = true
-			return r, err
+		if err != nil {
+			return Reply{}, err
+		}
+		if r.Null = n < 0; r.Null {
+			return r, nil
 		}
 		var buf bytes.Buffer
 		// Grown as the bytes come, not from the announced length: a
@@ -164,9 +166,11 @@ func readDepth(br *bufio.Reader, depth int) (Reply, error) {
 		return r, nil
 	case '*':
 		n, err := length(body, maxArray)
-		if err != nil || n < 0 {
-			r.Null = true
-			return r, err
+		if err != nil {
+			return Reply{}, err
+		}
+		if r.Null = n < 0; r.Null {
+			return r, nil
 		}
 		if depth+1 >= maxDepth {
 			return Reply{}, fmt.Errorf("%w: arrays nested deeper than %d", ErrProtocol, maxDepth)
