@@ -117,7 +117,8 @@ func hubServe(cmd *cobra.Command, f hubFlags) error {
 	dial := mqtt.DialOptions{Broker: f.broker, Username: f.adminUser, Password: os.Getenv("OPENSTARRY_HUB_ADMIN_PASSWORD"),
 		CAFile: f.ca, Timeout: 10 * time.Second}
 	h := &enroll.Hub{State: f.state, Broker: orDefault(f.deviceBroker, f.broker), TopicPrefix: f.prefix, Log: log,
-		Dial: func(ctx context.Context) (enroll.Controller, error) { return enroll.DialDynSec(ctx, dial) }}
+		Reserved: []string{f.adminUser},
+		Dial:     func(ctx context.Context) (enroll.Controller, error) { return enroll.DialDynSec(ctx, dial) }}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {
 		return err

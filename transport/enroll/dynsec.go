@@ -29,7 +29,13 @@ type DynSec struct {
 	c       paho.Client
 	mu      sync.Mutex // guards seq and pending
 	seq     uint64
-	pending map[string]chan error
+	pending map[string]chan response
+}
+
+// response is the plugin's answer to one command.
+type response struct {
+	err  error
+	data json.RawMessage
 }
 
 // DialDynSec connects to the broker as the plugin's admin user.
@@ -38,7 +44,7 @@ func DialDynSec(ctx context.Context, dial mqtt.DialOptions) (*DynSec, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &DynSec{c: pc, pending: map[string]chan error{}}
+	d := &DynSec{c: pc, pending: map[string]chan response{}}
 	if err := mqtt.WaitToken(ctx, pc.Subscribe(DynSecResponse, 1, d.onResponse), 10*time.Second); err != nil {
 		pc.Disconnect(100)
 		return nil, fmt.Errorf("dynsec: subscribe %s (is the dynamic security plugin loaded, and is this its admin?): %w", DynSecResponse, err)
@@ -49,9 +55,10 @@ func DialDynSec(ctx context.Context, dial mqtt.DialOptions) (*DynSec, error) {
 func (d *DynSec) onResponse(_ paho.Client, m paho.Message) {
 	var r struct {
 		Responses []struct {
-			Command     string `json:"command"`
-			Error       string `json:"error"`
-			Correlation string `json:"correlationData"`
+			Command     string          `json:"command"`
+			Error       string          `json:"error"`
+			Correlation string          `json:"correlationData"`
+			Data        json.RawMessage `json:"data"`
 		} `json:"responses"`
 	}
 	if json.Unmarshal(m.Payload(), &r) != nil {
@@ -69,7 +76,7 @@ func (d *DynSec) onResponse(_ paho.Client, m paho.Message) {
 		if x.Error != "" {
 			err = &DynSecError{Command: x.Command, Msg: x.Error}
 		}
-		ch <- err
+		ch <- response{err: err, data: x.Data}
 	}
 }
 
@@ -90,13 +97,73 @@ func IsExists(err error) bool {
 // Do sends the commands in one message and returns each one's error (nil
 // for success), in order; err is set when the exchange itself failed.
 func (d *DynSec) Do(ctx context.Context, cmds ...Command) ([]error, error) {
-	chans := make([]chan error, len(cmds))
+	rs, err := d.do(ctx, cmds...)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(rs))
+	for i, r := range rs {
+		errs[i] = r.err
+	}
+	return errs, nil
+}
+
+// ClientInfo is what the plugin says of one client (getClient).
+type ClientInfo struct {
+	Username string `json:"username"`
+	Textname string `json:"textname"`
+	Roles    []struct {
+		Rolename string `json:"rolename"`
+	} `json:"roles"`
+	Disabled bool `json:"disabled"`
+}
+
+// HasRole reports whether the client has the role.
+func (c *ClientInfo) HasRole(role string) bool {
+	for _, r := range c.Roles {
+		if r.Rolename == role {
+			return true
+		}
+	}
+	return false
+}
+
+// GetClient returns the broker's client username, or nil, nil when the
+// broker has none of that name.
+func (d *DynSec) GetClient(ctx context.Context, username string) (*ClientInfo, error) {
+	rs, err := d.do(ctx, Command{"command": "getClient", "username": username})
+	if err != nil {
+		return nil, err
+	}
+	if rs[0].err != nil {
+		if isNotFound(rs[0].err) {
+			return nil, nil
+		}
+		return nil, rs[0].err
+	}
+	var v struct {
+		Client *ClientInfo `json:"client"`
+	}
+	if err := json.Unmarshal(rs[0].data, &v); err != nil || v.Client == nil || v.Client.Username != username {
+		return nil, fmt.Errorf("dynsec getClient %s: an answer that is not the client: %.200s", username, rs[0].data)
+	}
+	return v.Client, nil
+}
+
+// isNotFound reports whether err says the object does not exist.
+func isNotFound(err error) bool {
+	var de *DynSecError
+	return errors.As(err, &de) && (de.Msg == "Client not found" || de.Msg == "Role not found")
+}
+
+func (d *DynSec) do(ctx context.Context, cmds ...Command) ([]response, error) {
+	chans := make([]chan response, len(cmds))
 	ids := make([]string, len(cmds))
 	d.mu.Lock()
 	for i, c := range cmds {
 		d.seq++
 		ids[i] = "openstarry-" + strconv.FormatUint(d.seq, 10)
-		chans[i] = make(chan error, 1)
+		chans[i] = make(chan response, 1)
 		d.pending[ids[i]] = chans[i]
 		c["correlationData"] = ids[i]
 	}
@@ -115,15 +182,15 @@ func (d *DynSec) Do(ctx context.Context, cmds ...Command) ([]error, error) {
 	if err := mqtt.WaitToken(ctx, d.c.Publish(DynSecTopic, 1, false, body), 10*time.Second); err != nil {
 		return nil, fmt.Errorf("dynsec: publish: %w", err)
 	}
-	errs := make([]error, len(cmds))
+	rs := make([]response, len(cmds))
 	for i, ch := range chans {
 		select {
-		case errs[i] = <-ch:
+		case rs[i] = <-ch:
 		case <-ctx.Done():
 			return nil, fmt.Errorf("dynsec: no response to %v from the broker: %w", cmds[i]["command"], ctx.Err())
 		}
 	}
-	return errs, nil
+	return rs, nil
 }
 
 // Close disconnects.

@@ -181,3 +181,77 @@ func FuzzHandler(f *testing.F) {
 		}
 	})
 }
+
+// TestEnrolLeavesOtherClients: against a real Mosquitto with the dynamic
+// security plugin holding an operator's client and the plugin's admin,
+// enrolling under their names is refused with not_a_device, their
+// passwords keep working and they stay enabled; a client the hub has a
+// record of but that the broker does not mark as the hub's is refused too;
+// the refused token is not spent.
+func TestEnrolLeavesOtherClients(t *testing.T) {
+	dir := t.TempDir()
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
+	state := filepath.Join(dir, "hub")
+	adminDial := func(ctx context.Context) (*DynSec, error) {
+		return DialDynSec(ctx, mqtt.DialOptions{Broker: m.URL(), Username: "hub-admin", Password: "admin-secret", Timeout: 5 * time.Second})
+	}
+	hub := &Hub{State: state, Broker: m.URL(), TopicPrefix: "openstarry", Log: zerolog.New(zerolog.NewTestWriter(t)),
+		Dial: func(ctx context.Context) (Controller, error) { return adminDial(ctx) }}
+	srv := httptest.NewServer(hub.Handler())
+	defer srv.Close()
+	ctx := context.Background()
+
+	// The operator's accounts, made as an operator would.
+	ds, err := adminDial(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs, err := ds.Do(ctx,
+		Command{"command": "createRole", "rolename": "dispatch", "acls": []map[string]any{{"acltype": "publishClientSend", "topic": "#", "allow": true}}},
+		Command{"command": "createClient", "username": "dispatcher", "password": "disp-secret", "roles": []map[string]any{{"rolename": "dispatch"}}},
+		Command{"command": "createClient", "username": "ops", "password": "ops-secret"})
+	ds.Close()
+	if err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("making the operator's clients: %v %v", err, errs)
+	}
+	// A record of "ops" in the hub's state (a stale or forged file) does
+	// not make the operator's client the hub's.
+	if err := os.MkdirAll(filepath.Join(state, "devices"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "devices", "ops.json"), []byte(`{"device":"ops","public_key":"x","enrolments":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	_, key, _ := ed25519.GenerateKey(nil)
+	for _, tc := range []struct{ bound, asked string }{
+		{"", "dispatcher"}, {"dispatcher", ""}, {"", "hub-admin"}, {"", "admin"}, {"ops", ""},
+	} {
+		tok, err := NewToken(state, tc.bound, time.Hour, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Enroll(ctx, nil, srv.URL, tok, tc.asked, key)
+		if err == nil || !strings.Contains(err.Error(), "not_a_device") {
+			t.Fatalf("enrolling as %q (token bound to %q): %v", tc.asked, tc.bound, err)
+		}
+		t.Logf("the board reads: %v", err)
+		if _, err := os.Stat(filepath.Join(state, "tokens", tokenHash(tok)+".json")); err != nil {
+			t.Fatalf("the refusal spent the token: %v", err)
+		}
+	}
+	for user, pw := range map[string]string{"dispatcher": "disp-secret", "hub-admin": "admin-secret", "ops": "ops-secret"} {
+		if _, err := login(t, m.URL(), &Credentials{Username: user, Password: pw}); err != nil {
+			t.Errorf("%s no longer logs in with its own password: %v\n%s", user, err, m.Logs())
+		}
+	}
+	ds, err = adminDial(ctx)
+	if err != nil {
+		t.Fatalf("the plugin's admin: %v", err)
+	}
+	defer ds.Close()
+	info, err := ds.GetClient(ctx, "dispatcher")
+	if err != nil || info == nil || info.Disabled || !info.HasRole("dispatch") || info.HasRole(RoleName("dispatcher")) {
+		t.Fatalf("the operator's client was changed: %+v %v", info, err)
+	}
+}

@@ -11,7 +11,7 @@ const maxRequest = 16 << 10
 
 // Handler serves POST /v1/enroll: a Request in, Credentials out, or
 // {"error", "code"} with 400 (bad_request), 403 (bad_token,
-// device_taken) or 502 (broker).
+// device_taken, not_a_device) or 502 (broker).
 func (h *Hub) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/enroll", func(w http.ResponseWriter, r *http.Request) {
@@ -35,6 +35,8 @@ func (h *Hub) Handler() http.Handler {
 			writeErr(w, http.StatusForbidden, "bad_token", err.Error())
 		case errors.Is(err, ErrDeviceTaken):
 			writeErr(w, http.StatusForbidden, "device_taken", err.Error())
+		case errors.Is(err, ErrNotDevice):
+			writeErr(w, http.StatusForbidden, "not_a_device", err.Error())
 		default:
 			writeErr(w, http.StatusBadGateway, "broker", err.Error())
 		}

@@ -13,6 +13,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,15 @@ var (
 	// ErrDeviceTaken is returned when the device id is enrolled with
 	// another key and the token is not bound to it.
 	ErrDeviceTaken = errors.New("device id enrolled with another key")
+	// ErrNotDevice is returned for a device id that names a broker client
+	// the hub did not create for a device (an operator's account, the
+	// plugin's admin) or a reserved name: the hub never changes those.
+	ErrNotDevice = errors.New("device id names a broker client that is not one of the hub's devices")
 )
+
+// reservedIDs are device ids the hub never enrols, whatever the broker
+// holds: the usual names of the dynamic security plugin's admin.
+var reservedIDs = []string{"admin", "hub-admin", "dynsec-admin"}
 
 // Request is what a device sends to enrol.
 type Request struct {
@@ -80,6 +89,8 @@ type DeviceRecord struct {
 // Controller creates and changes broker clients (*DynSec).
 type Controller interface {
 	Do(ctx context.Context, cmds ...Command) ([]error, error)
+	// GetClient returns the broker's client, nil, nil when there is none.
+	GetClient(ctx context.Context, username string) (*ClientInfo, error)
 	Close()
 }
 
@@ -93,6 +104,8 @@ type Hub struct {
 	Dial func(ctx context.Context) (Controller, error)
 	Log  zerolog.Logger
 	Now  func() time.Time
+	// Reserved are more device ids the hub refuses (its admin user).
+	Reserved []string
 
 	mu sync.Mutex // one enrolment at a time in this process
 }
@@ -208,6 +221,9 @@ func (h *Hub) Enroll(ctx context.Context, req Request) (*Credentials, error) {
 		sum := sha256.Sum256(pub)
 		dev = "dev-" + hex.EncodeToString(sum[:6])
 	}
+	if h.reserved(dev) {
+		return nil, refund(fmt.Errorf("%w: %q is reserved", ErrNotDevice, dev))
+	}
 	var rec DeviceRecord
 	recPath := filepath.Join(devices, dev+".json")
 	if b, err := os.ReadFile(recPath); err == nil {
@@ -243,6 +259,15 @@ func (h *Hub) Enroll(ctx context.Context, req Request) (*Credentials, error) {
 	return &Credentials{Device: dev, Broker: h.Broker, Username: dev, Password: password, TopicPrefix: h.TopicPrefix, Issued: t}, nil
 }
 
+func (h *Hub) reserved(dev string) bool {
+	for _, r := range append(reservedIDs, h.Reserved...) {
+		if strings.EqualFold(dev, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // RoleName is the broker role of a device.
 func RoleName(device string) string { return "openstarry-device-" + device }
 
@@ -262,9 +287,16 @@ func (h *Hub) deviceACLs(dev string) []map[string]any {
 	}
 }
 
+// textName is the broker client's text name for a device: with its role,
+// what marks a client as one the hub created.
+func textName(dev string) string { return "openstarry device " + dev }
+
 // setClient creates the device's role and client, or, for a device seen
 // before, gives it the new password and disconnects what logged in with
-// the old one.
+// the old one. It changes only a client the hub created for a device:
+// one it has a record of (seen) that carries the device's text name and
+// role on the broker. Any other client of that name is refused with
+// ErrNotDevice and left as it is.
 func (h *Hub) setClient(ctx context.Context, dev, password string, seen bool) error {
 	ds, err := h.Dial(ctx)
 	if err != nil {
@@ -272,9 +304,22 @@ func (h *Hub) setClient(ctx context.Context, dev, password string, seen bool) er
 	}
 	defer ds.Close()
 	role := RoleName(dev)
+	info, err := ds.GetClient(ctx, dev)
+	if err != nil {
+		return err
+	}
+	if info != nil {
+		if !seen {
+			return fmt.Errorf("%w: the broker has a client %q the hub has no record of enrolling; it is left unchanged (enrol under another id)", ErrNotDevice, dev)
+		}
+		if info.Textname != textName(dev) || !info.HasRole(role) {
+			return fmt.Errorf("%w: the broker's client %q is not marked as the hub's (text name %q, role %s missing); it is left unchanged", ErrNotDevice, dev, info.Textname, role)
+		}
+		return h.rotate(ctx, ds, dev, password)
+	}
 	errs, err := ds.Do(ctx,
-		Command{"command": "createRole", "rolename": role, "textname": "openstarry device " + dev, "acls": h.deviceACLs(dev)},
-		Command{"command": "createClient", "username": dev, "password": password, "textname": "openstarry device " + dev,
+		Command{"command": "createRole", "rolename": role, "textname": textName(dev), "acls": h.deviceACLs(dev)},
+		Command{"command": "createClient", "username": dev, "password": password, "textname": textName(dev),
 			"roles": []map[string]any{{"rolename": role}}})
 	if err != nil {
 		return err
@@ -282,28 +327,25 @@ func (h *Hub) setClient(ctx context.Context, dev, password string, seen bool) er
 	if errs[0] != nil && !IsExists(errs[0]) {
 		return errs[0]
 	}
-	if errs[1] == nil {
-		return nil
+	if IsExists(errs[1]) {
+		// Created by someone else between getClient and createClient.
+		return fmt.Errorf("%w: the broker's client %q appeared while enrolling; it is left unchanged", ErrNotDevice, dev)
 	}
-	if !IsExists(errs[1]) {
-		return errs[1]
-	}
-	// Rotation: the old password stops working at once, and the sessions
-	// it opened are closed.
-	errs, err = ds.Do(ctx,
+	return errs[1]
+}
+
+// rotate gives the hub's client dev a new password: the old one stops
+// working at once, and the sessions it opened are closed.
+func (h *Hub) rotate(ctx context.Context, ds Controller, dev, password string) error {
+	errs, err := ds.Do(ctx,
 		Command{"command": "setClientPassword", "username": dev, "password": password},
-		Command{"command": "addClientRole", "username": dev, "rolename": role},
 		Command{"command": "disableClient", "username": dev},
 		Command{"command": "enableClient", "username": dev})
 	if err != nil {
 		return err
 	}
 	for _, e := range errs {
-		if e != nil && !IsExists(e) {
-			var de *DynSecError
-			if errors.As(e, &de) && de.Command == "addClientRole" {
-				continue // already has it
-			}
+		if e != nil {
 			return e
 		}
 	}
