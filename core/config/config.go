@@ -55,6 +55,9 @@ type Sessions struct {
 type HTTP struct {
 	Listen string // "" disables it
 	Token  string // bearer token required from off loopback
+	// Hosts are more names the HTTP listener answers to in the Host
+	// header, besides loopback names, IP addresses and the machine's name.
+	Hosts []string
 }
 
 // Design says where blueprints come from.
@@ -134,6 +137,7 @@ var Keys = []Key{
 
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
 	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
+	{Name: "http.hosts", Env: "OPENSTARRY_HTTP_HOSTS", Doc: "more host names the HTTP listener answers to (Host header), besides IP addresses, localhost and this machine's name; \"*.example.com\" for the names under example.com; env: comma-separated. Any other Host is refused 403 bad_host (DNS rebinding)", field: func(c *Config) any { return &c.HTTP.Hosts }},
 
 	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", Flag: "design-url", field: func(c *Config) any { return &c.Design.URL }},
 	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", Flag: "design-timeout", field: func(c *Config) any { return &c.Design.Timeout }},

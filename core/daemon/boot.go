@@ -140,6 +140,7 @@ func (d *Daemon) serveHTTP() error {
 	if d.o.Web != nil {
 		h = d.o.Web(h)
 	}
+	h = httpx.AllowHosts(d.cfg.HTTP.Hosts, h)
 	srv := httpx.NewServer(h, d.o.HTTPLimits)
 	go func() { _ = srv.Serve(httpx.Listen(ln, d.o.HTTPLimits, false, d.log)) }()
 	d.closeLater(func() { shutdownServer(srv) })

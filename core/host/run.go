@@ -143,7 +143,7 @@ func Run(ctx context.Context, o Options) error {
 			_ = rt.Stop(context.Background())
 			return fmt.Errorf("listen %s: %w", o.Listen, err)
 		}
-		srv = httpx.NewServer(o.API(rt, maxTaskBytes), httpx.Limits{})
+		srv = httpx.NewServer(httpx.AllowHosts(nil, o.API(rt, maxTaskBytes)), httpx.Limits{})
 		go func() { httpErr <- srv.Serve(httpx.Listen(ln, httpx.Limits{}, false, log)) }()
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
 	}
