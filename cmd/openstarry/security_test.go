@@ -59,7 +59,10 @@ func TestDNSRebindingRefused(t *testing.T) {
 	master := waitAgent(t, data, "master", 30*time.Second, func(a control.AgentInfo) bool { return a.State == "running" && a.Addr != "" })
 	au, _ := url.Parse(master.Addr)
 
-	task := func(id string) string { b, _ := json.Marshal(map[string]string{"task_id": id, "input": "x"}); return string(b) }
+	task := func(id string) string {
+		b, _ := json.Marshal(map[string]string{"task_id": id, "input": "x"})
+		return string(b)
+	}
 	for i, host := range []string{"rebind.attacker.example:" + port, "rebind.attacker.example", "127.0.0.1.nip.io:" + port,
 		"openstarry.lan.attacker.example:" + port, "fleet.example:" + port} {
 		for _, target := range []string{base + "/agents/master/tasks", master.Addr + "/agents/master/tasks"} {
