@@ -20,14 +20,15 @@ import (
 )
 
 type fleetFlags struct {
-	mqtt    mqttFlags
-	key     string
-	agent   string
-	lines   int
-	url     string
-	timeout time.Duration
-	wait    time.Duration
-	json    bool
+	mqtt     mqttFlags
+	key      string
+	agent    string
+	lines    int
+	url      string
+	rollback bool
+	timeout  time.Duration
+	wait     time.Duration
+	json     bool
 }
 
 func (f *fleetFlags) dial() mqtt.DialOptions {
@@ -64,6 +65,7 @@ otherwise.`,
 	fl.StringVar(&cf.key, "key", envOr("OPENSTARRY_FLEET_KEY", ""), "the fleet's private key file (env OPENSTARRY_FLEET_KEY)")
 	fl.StringVar(&cf.agent, "agent", "", "agent id, for agent.restart, agent.stop and agent.start")
 	fl.StringVar(&cf.url, "url", "", "update: the new binary's http(s):// URL")
+	fl.BoolVar(&cf.rollback, "rollback", false, "update: allow a version older than the device runs (signed with the command)")
 	fl.IntVar(&cf.lines, "lines", 0, fmt.Sprintf("lines of logs.tail (default 100, at most %d)", fleet.MaxTailLines))
 	fl.DurationVar(&cf.timeout, "timeout", 30*time.Second, fmt.Sprintf("how long the command is valid and the reply is awaited (at most %s)", fleet.MaxLifetime))
 	fleetCmd.AddCommand(command)
@@ -127,7 +129,7 @@ func fleetUpdate(cmd *cobra.Command, f fleetFlags, priv ed25519.PrivateKey) erro
 	if f.url == "" {
 		return errors.New("update needs --url: the new binary's URL (SHA256SUMS and SHA256SUMS.sig beside it)")
 	}
-	first, outcome, err := fleet.SendUpdate(cmd.Context(), f.dial(), orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix), f.mqtt.device, f.url, priv, f.timeout)
+	first, outcome, err := fleet.SendUpdate(cmd.Context(), f.dial(), orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix), f.mqtt.device, f.url, f.rollback, priv, f.timeout)
 	for _, r := range []*fleet.Reply{first, outcome} {
 		if r != nil {
 			b, _ := json.Marshal(r)

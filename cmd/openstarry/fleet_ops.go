@@ -24,8 +24,8 @@ type fleetOps struct {
 }
 
 // Update installs a signed binary (the hub's update command).
-func (o fleetOps) Update(ctx context.Context, url, commandID string) (any, error) {
-	return o.upd.Update(ctx, url, commandID)
+func (o fleetOps) Update(ctx context.Context, url, commandID string, rollback bool) (any, error) {
+	return o.upd.Update(ctx, url, commandID, rollback)
 }
 
 // AfterUpdate restarts the daemon into the installed update.

@@ -66,8 +66,9 @@ func newDaemonUpdater(ctx context.Context, cfg *config.Config, log zerolog.Logge
 	return &daemonUpdater{m: m, log: m.Log, trial: updateRole == update.RoleTrial, ctx: ctx, cancel: cancel}, ctx, nil
 }
 
-// Update installs the binary at from for the hub's command id.
-func (u *daemonUpdater) Update(ctx context.Context, from, commandID string) (any, error) {
+// Update installs the binary at from for the hub's command id; an older
+// version only when rollback.
+func (u *daemonUpdater) Update(ctx context.Context, from, commandID string, rollback bool) (any, error) {
 	if err := selfUpdateSupported(); err != nil {
 		return nil, err
 	}
@@ -84,7 +85,7 @@ func (u *daemonUpdater) Update(ctx context.Context, from, commandID string) (any
 		u.mu.Unlock()
 	}()
 	u.log.Info().Str("from", from).Str("command", commandID).Msg("update: fetching and verifying")
-	j, err := u.m.Stage(ctx, from, commandID)
+	j, err := u.m.Stage(ctx, from, commandID, rollback)
 	if err != nil {
 		u.log.Error().Err(err).Str("from", from).Msg("update: refused")
 		return nil, err
@@ -220,6 +221,7 @@ func init() {
 	var f configFlags
 	var from string
 	var wait time.Duration
+	var rollback bool
 	cmd := &cobra.Command{
 		Use:   "update --from FILE|URL [--config FILE] [--data DIR]",
 		Short: "Install a signed openstarry binary; the daemon runs it on trial and rolls back by itself",
@@ -238,6 +240,9 @@ is online and /healthz answers within update.trial_timeout, rolled back
 after update.max_boots starts without that. Otherwise the next start runs it
 on trial.
 
+A version older than the one the daemon runs (or, with no daemon, the one
+installed in DATA/bin) is refused unless --rollback says it is wanted.
+
 Exit status: 0 when installed (and committed, with a running daemon), 1
 when refused or rolled back.`,
 		Args: cobra.NoArgs,
@@ -252,16 +257,17 @@ when refused or rolled back.`,
 			if err != nil {
 				return err
 			}
-			return runUpdate(cmd, cfg, from, wait)
+			return runUpdate(cmd, cfg, from, wait, rollback)
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().StringVar(&from, "from", "", "the new binary: a file or an http(s):// URL, with SHA256SUMS and SHA256SUMS.sig beside it")
+	cmd.Flags().BoolVar(&rollback, "rollback", false, "install it even if it is older than the running version")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for the outcome with a running daemon (default update.trial_timeout × update.max_boots + 1m)")
 	rootCmd.AddCommand(cmd)
 }
 
-func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Duration) error {
+func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Duration, rollback bool) error {
 	log := logger()
 	m, err := newUpdateManager(cfg, log)
 	if err != nil {
@@ -273,13 +279,23 @@ func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Du
 		}
 	}
 	ctx := cmd.Context()
-	j, err := m.Stage(ctx, from, "")
+	// The version the update replaces: the running daemon's, else the
+	// binary installed in the slot (what the next start runs), else this
+	// one's.
+	pid, running := runningDaemon(ctx, cfg.Data)
+	if pid != 0 {
+		m.Running = running
+	} else if _, err := os.Stat(m.Paths.Slot); err == nil {
+		if info, err := update.Probe(ctx, m.Paths.Slot); err == nil {
+			m.Running = info.Version
+		}
+	}
+	j, err := m.Stage(ctx, from, "", rollback)
 	if err != nil {
 		return exitCode(exitFailure, err)
 	}
 	out := cmd.OutOrStdout()
 	fmt.Fprintf(out, "verified %s: version %s, sha256 %s, signed by a trusted fleet key\n", from, j.To, j.ToSHA)
-	pid := runningDaemon(ctx, cfg.Data)
 	if pid == 0 {
 		if err := m.Apply(j); err != nil {
 			return exitCode(exitFailure, err)
@@ -321,18 +337,19 @@ func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Du
 	return exitCode(exitFailure, fmt.Errorf("no outcome within %s; %s says where the update stands", wait, m.Paths.Journal))
 }
 
-// runningDaemon returns the pid of the daemon on data, 0 when none answers.
-func runningDaemon(ctx context.Context, data string) int {
+// runningDaemon returns the pid and version of the daemon on data, 0 when
+// none answers.
+func runningDaemon(ctx context.Context, data string) (int, string) {
 	c, err := control.Discover(data)
 	if err != nil {
-		return 0
+		return 0, ""
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	st, err := c.Status(ctx)
 	if err != nil {
-		return 0
+		return 0, ""
 	}
-	return st.PID
+	return st.PID, st.Version
 }

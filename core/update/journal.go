@@ -36,19 +36,22 @@ const JournalVersion = 1
 
 // Journal is the update's durable state, DATA/bin/update.json.
 type Journal struct {
-	Format    int       `json:"format"`
-	Phase     Phase     `json:"phase"`
-	CommandID string    `json:"command_id,omitempty"` // the hub's update command, answered with the outcome
-	Source    string    `json:"source"`               // where the binary came from
-	From      string    `json:"from_version"`
-	FromSHA   string    `json:"from_sha256,omitempty"`
-	To        string    `json:"to_version"`
-	ToSHA     string    `json:"to_sha256"`
-	Boots     int       `json:"boots"` // starts of the new binary on trial
-	Reason    string    `json:"reason,omitempty"`
-	Reported  bool      `json:"reported"` // the outcome reached the hub
-	Started   time.Time `json:"started"`
-	Updated   time.Time `json:"updated"`
+	Format    int    `json:"format"`
+	Phase     Phase  `json:"phase"`
+	CommandID string `json:"command_id,omitempty"` // the hub's update command, answered with the outcome
+	Source    string `json:"source"`               // where the binary came from
+	From      string `json:"from_version"`
+	FromSHA   string `json:"from_sha256,omitempty"`
+	To        string `json:"to_version"`
+	ToSHA     string `json:"to_sha256"`
+	// Rollback says the operator asked for this version even if it is
+	// older than the running one (see CheckVersion).
+	Rollback bool      `json:"rollback,omitempty"`
+	Boots    int       `json:"boots"` // starts of the new binary on trial
+	Reason   string    `json:"reason,omitempty"`
+	Reported bool      `json:"reported"` // the outcome reached the hub
+	Started  time.Time `json:"started"`
+	Updated  time.Time `json:"updated"`
 }
 
 // ErrCorruptJournal is returned when the journal is not one.

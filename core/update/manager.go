@@ -18,8 +18,13 @@ import (
 
 // Manager updates the binary of one data directory.
 type Manager struct {
-	Paths   Paths
-	Self    Info   // the running binary
+	Paths Paths
+	Self  Info // this process's binary
+	// Running is the version of the daemon the update replaces, when it is
+	// not Self's (openstarry update staging for a running daemon, or for
+	// the binary installed in the slot); "" means Self.Version. It is the
+	// journal's from_version, and what a candidate must not be older than.
+	Running string
 	Exe     string // the running binary's path
 	Trusted []ed25519.PublicKey
 	Fetcher Fetcher
@@ -40,11 +45,19 @@ func (m *Manager) Journal() (*Journal, error) { return ReadJournal(m.Paths.Journ
 // Write writes the journal.
 func (m *Manager) Write(j *Journal) error { return WriteJournal(m.Paths.Journal, j, m.now()) }
 
+func (m *Manager) running() string {
+	if m.Running != "" {
+		return m.Running
+	}
+	return m.Self.Version
+}
+
 // Stage fetches the candidate at from into Paths.New and checks it: signed
-// SHA256SUMS, platform, snapshot schema. It returns the update's journal,
-// in phase staged, not yet written. Nothing else changes; on error Paths.New
-// is gone.
-func (m *Manager) Stage(ctx context.Context, from, commandID string) (j *Journal, err error) {
+// SHA256SUMS, platform, snapshot schema, and a version not older than the
+// running one unless rollback (CheckVersion). It returns the update's
+// journal, in phase staged, not yet written. Nothing else changes; on
+// error Paths.New is gone.
+func (m *Manager) Stage(ctx context.Context, from, commandID string, rollback bool) (j *Journal, err error) {
 	if cur, err := m.Journal(); err == nil && cur != nil && cur.Phase == PhaseTrial {
 		return nil, fmt.Errorf("%w: %s is on trial; wait until it is committed or rolled back", ErrBusy, cur.To)
 	}
@@ -68,14 +81,25 @@ func (m *Manager) Stage(ctx context.Context, from, commandID string) (j *Journal
 	if err := Compatible(m.Self, info); err != nil {
 		return nil, err
 	}
-	return &Journal{Phase: PhaseStaged, CommandID: commandID, Source: from, From: m.Self.Version,
-		To: info.Version, ToSHA: digest, Started: m.now().UTC()}, nil
+	if err := CheckVersion(m.running(), info.Version, rollback); err != nil {
+		return nil, err
+	}
+	return &Journal{Phase: PhaseStaged, CommandID: commandID, Source: from, From: m.running(),
+		To: info.Version, ToSHA: digest, Rollback: rollback, Started: m.now().UTC()}, nil
 }
 
 // Apply installs the staged candidate: the running binary is kept as
 // Paths.Prev, the journal says trial, then Paths.New is renamed over the
 // slot. The next start of the daemon runs it on trial under a guard.
+// The version check is made again against the version that runs here
+// (another binary may have staged it), which becomes the journal's
+// from_version; a refusal aborts the update.
 func (m *Manager) Apply(j *Journal) error {
+	j.From = m.running()
+	if err := CheckVersion(j.From, j.To, j.Rollback); err != nil {
+		os.Remove(m.Paths.New)
+		return m.abort(j, err)
+	}
 	got, err := FileSHA256(m.Paths.New)
 	if err != nil {
 		return err

@@ -27,8 +27,10 @@ type Operations interface {
 	Config() any
 	// Update fetches, verifies and installs the binary at url (SHA256SUMS
 	// and its signature beside it) for the command id. Its outcome comes
-	// later, from the daemon that runs after the restart (Outcome).
-	Update(ctx context.Context, url, commandID string) (any, error)
+	// later, from the daemon that runs after the restart (Outcome). A
+	// version older than the running one is refused unless rollback (the
+	// signed command's args.rollback).
+	Update(ctx context.Context, url, commandID string, rollback bool) (any, error)
 	// AfterUpdate restarts the daemon into an installed update; it is
 	// called once the reply to the update command is delivered to the hub.
 	AfterUpdate()
@@ -135,6 +137,8 @@ func (d *Device) run(ctx context.Context, cmd *Command) (any, error) {
 		Agent string `json:"agent"`
 		Lines int    `json:"lines"`
 		URL   string `json:"url"`
+		// Rollback allows an update to an older version (see update).
+		Rollback bool `json:"rollback"`
 	}
 	if len(cmd.Args) > 0 {
 		if err := json.Unmarshal(cmd.Args, &args); err != nil {
@@ -181,7 +185,7 @@ func (d *Device) run(ctx context.Context, cmd *Command) (any, error) {
 		if args.URL == "" {
 			return nil, fmt.Errorf("%w: update needs args.url, the binary's URL (SHA256SUMS and SHA256SUMS.sig beside it)", errBadArgs)
 		}
-		return ops.Update(ctx, args.URL, cmd.ID)
+		return ops.Update(ctx, args.URL, cmd.ID, args.Rollback)
 	}
 	return nil, fmt.Errorf("unknown command %q", cmd.Name)
 }

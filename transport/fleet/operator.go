@@ -32,9 +32,15 @@ func SendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 
 // SendUpdate is SendCommand for update: the first reply (installed, the
 // device restarts) and the outcome, nil when it did not come in time.
-func SendUpdate(ctx context.Context, dial mqtt.DialOptions, prefix, device, url string,
+// rollback, signed with the command, lets the device install a version
+// older than the one it runs.
+func SendUpdate(ctx context.Context, dial mqtt.DialOptions, prefix, device, url string, rollback bool,
 	priv ed25519.PrivateKey, timeout time.Duration) (first, outcome *Reply, err error) {
-	args, _ := json.Marshal(map[string]string{"url": url})
+	a := map[string]any{"url": url}
+	if rollback {
+		a["rollback"] = true
+	}
+	args, _ := json.Marshal(a)
 	replies, err := sendCommand(ctx, dial, prefix, device, "update", args, priv, timeout)
 	for i := range replies {
 		if IsOutcome(replies[i]) {
