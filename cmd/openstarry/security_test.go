@@ -4,11 +4,16 @@ package main
 // agents (see docs/security.md, "Protections and their settings").
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +88,101 @@ func TestDNSRebindingRefused(t *testing.T) {
 	}
 	if code, body := hostRequest(t, "POST", master.Addr+"/agents/master/tasks", au.Host, task("ok-direct")); code != http.StatusAccepted {
 		t.Errorf("POST to the agent with Host %s: %d %s", au.Host, code, body)
+	}
+}
+
+// TestWebhookReplay: a captured signed delivery sent again, with a new
+// delivery id or none, is refused 409 replayed and does not run again,
+// also after the agent is SIGKILLed and started again on its data; the
+// source's own redelivery (same id) is still 200. A signed timestamp is
+// checked: the signature must cover it and it must be recent.
+func TestWebhookReplay(t *testing.T) {
+	data := t.TempDir()
+	tmpl := filepath.Join(t.TempDir(), "hooked.json")
+	if err := os.WriteFile(tmpl, []byte(`{
+  "name": "hooked", "version": "1.0.0", "role": "master",
+  "brain": {"provider": "echo"}, "system_prompt": "", "tools": [],
+  "context_budget": {"max_messages": 20},
+  "listeners": [{"kind": "webhook", "name": "forge", "listen": "127.0.0.1:0", "secret_env": "FORGE_SECRET"}]
+}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("FORGE_SECRET", "s3cret")
+	start := func() (*child, string, string) {
+		c := startChild(t, true, "run", "--agent", "hook", "--template", tmpl, "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
+		base := c.url()
+		m := webhookRe.FindStringSubmatch(c.logs())
+		if m == nil {
+			t.Fatalf("no webhook listener line in the log:\n%s", c.logs())
+		}
+		return c, base, m[1]
+	}
+	c, base, hook := start()
+	deliver := func(body, sig, delivery, ts string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", hook, strings.NewReader(body))
+		req.Header.Set("X-Hub-Signature-256", sig)
+		if delivery != "" {
+			req.Header.Set("X-GitHub-Delivery", delivery)
+		}
+		if ts != "" {
+			req.Header.Set("X-Signature-Timestamp", ts)
+		}
+		resp, err := httpc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	sign := func(msg string) string {
+		mac := hmac.New(sha256.New, []byte("s3cret"))
+		mac.Write([]byte(msg))
+		return "sha256=" + hex.EncodeToString(mac.Sum(nil))
+	}
+	body := `{"ref":"refs/heads/main","after":"abc123"}`
+	if code, out := deliver(body, sign(body), "d-1", ""); code != 202 {
+		t.Fatalf("first delivery: %d %s", code, out)
+	}
+	if code, out := deliver(body, sign(body), "d-1", ""); code != 200 {
+		t.Fatalf("the source's redelivery: %d %s", code, out)
+	}
+	for _, id := range []string{"d-2", "d-3", ""} {
+		if code, out := deliver(body, sign(body), id, ""); code != 409 || !strings.Contains(out, `"code":"replayed"`) || !strings.Contains(out, "forge-d-1") {
+			t.Fatalf("replay with delivery id %q: %d %s", id, code, out)
+		}
+	}
+	c.waitLog("a signature already taken within the replay window", 5*time.Second)
+	waitTask(t, base, "hook", "forge-d-1")
+	c.kill()
+	c, base, hook = start()
+	if code, out := deliver(body, sign(body), "d-4", ""); code != 409 {
+		t.Fatalf("replay after a restart: %d %s", code, out)
+	}
+	for _, id := range []string{"forge-d-2", "forge-d-3", "forge-d-4"} {
+		if code, _, _ := getTask(base, "hook", id); code != 404 {
+			t.Fatalf("the replay %s was queued (%d)", id, code)
+		}
+	}
+
+	// Signed timestamps.
+	now := strconv.FormatInt(time.Now().Unix(), 10)
+	body2 := `{"ref":"refs/heads/next"}`
+	if code, out := deliver(body2, sign(now+"."+body2), "t-1", now); code != 202 {
+		t.Fatalf("a signed timestamp: %d %s", code, out)
+	}
+	if code, out := deliver(body2, sign(now+"."+body2), "t-2", now); code != 409 {
+		t.Fatalf("a replayed signed timestamp: %d %s", code, out)
+	}
+	if code, out := deliver(body2, sign(body2), "t-3", now); code != 401 || !strings.Contains(out, "bad_signature") {
+		t.Fatalf("a timestamp the signature does not cover: %d %s", code, out)
+	}
+	old := strconv.FormatInt(time.Now().Add(-10*time.Minute).Unix(), 10)
+	if code, out := deliver(body2, sign(old+"."+body2), "t-4", old); code != 401 || !strings.Contains(out, "stale_timestamp") {
+		t.Fatalf("a stale timestamp: %d %s", code, out)
+	}
+	if fi, err := os.Stat(filepath.Join(data, "agents", "hook", "listeners", "webhook-forge.seen")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("the replay record: %v %v", fi, err)
 	}
 }

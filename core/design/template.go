@@ -54,6 +54,12 @@ type Listener struct {
 	Name      string `json:"name"`                 // the source's name: in the path, task ids and the log
 	Listen    string `json:"listen"`               // host:port
 	SecretEnv string `json:"secret_env,omitempty"` // webhook: environment variable holding the HMAC secret
+	// ReplayWindow (webhook) is how long a signature is remembered to
+	// refuse the same delivery sent again; a Go duration, default 72h.
+	ReplayWindow string `json:"replay_window,omitempty"`
+	// RequireTimestamp (webhook) refuses deliveries without a signed
+	// timestamp.
+	RequireTimestamp bool `json:"require_timestamp,omitempty"`
 }
 
 // MCPServer is one Model Context Protocol server: a command started as a

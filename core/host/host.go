@@ -258,6 +258,7 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 		l, err := plugin.StartListener(ctx, lc, plugin.ListenerEnv{
 			AgentID: a.ID, MaxTaskBytes: lim.MaxTaskBytes, Submit: rt.Submit,
 			Log: a.Log.With().Str("listener", lc.Name).Logger(),
+			Dir: filepath.Join(a.DataDir, "agents", a.ID, "listeners"),
 		})
 		if err != nil {
 			for _, l := range listeners {

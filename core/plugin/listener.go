@@ -19,6 +19,9 @@ type ListenerEnv struct {
 	MaxTaskBytes int
 	Submit       func(ctx context.Context, ev agent.Event) agent.SubmitResult
 	Log          zerolog.Logger
+	// Dir is a private directory (0700) the listener may keep state in
+	// across restarts, DATA/agents/{id}/listeners; "" keeps nothing.
+	Dir string
 }
 
 // Listener is a running event source (the plugin kind "listener" of seed

@@ -9,6 +9,14 @@
 // X-Delivery-ID or, without one, the body's digest) becomes the task id, so a
 // source that redelivers never runs a task twice. A missing or wrong
 // signature is answered 401 and logged; nothing is queued.
+//
+// Replays: a signature seen within the listener's replay window (default
+// 72h, remembered in DATA/agents/{id}/listeners/webhook-{name}.seen across
+// restarts) under another task id is refused 409 replayed, so a captured
+// delivery sent again with a new or no delivery id does not run again.
+// A source that sends X-Signature-Timestamp (unix seconds) signs
+// "{timestamp}.{body}" instead of the body, and a timestamp more than
+// TimestampTolerance from the device's clock is refused 401.
 package webhook
 
 import (
@@ -23,6 +31,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,13 +54,28 @@ func init() {
 // MaxConns bounds the connections one webhook listener serves at once.
 const MaxConns = 64
 
+// DefaultReplayWindow is how long a delivery's signature is remembered when
+// the template sets no replay_window.
+const DefaultReplayWindow = 72 * time.Hour
+
+// TimestampTolerance is how far a signed X-Signature-Timestamp may be from
+// the device's clock.
+const TimestampTolerance = 5 * time.Minute
+
+// TimestampHeader carries the unix time (seconds) a source signed with the
+// body; the signature is then HMAC(secret, timestamp + "." + body).
+const TimestampHeader = "X-Signature-Timestamp"
+
 type listener struct {
-	name   string
-	secret []byte
-	env    plugin.ListenerEnv
-	srv    *http.Server
-	ln     net.Listener
-	done   chan struct{}
+	name      string
+	secret    []byte
+	env       plugin.ListenerEnv
+	srv       *http.Server
+	ln        net.Listener
+	done      chan struct{}
+	seen      *seen
+	requireTS bool
+	now       func() time.Time
 }
 
 // Listen starts a webhook listener. The secret comes from the environment
@@ -60,11 +85,29 @@ func Listen(ctx context.Context, cfg design.Listener, env plugin.ListenerEnv) (p
 	if cfg.SecretEnv == "" || secret == "" {
 		return nil, fmt.Errorf("webhook %s: the secret's environment variable %q is empty: set it to the secret the source signs with", cfg.Name, cfg.SecretEnv)
 	}
+	window := DefaultReplayWindow
+	if cfg.ReplayWindow != "" {
+		w, err := time.ParseDuration(cfg.ReplayWindow)
+		if err != nil || w <= 0 {
+			return nil, fmt.Errorf("webhook %s: replay_window %q: want a positive duration such as 72h", cfg.Name, cfg.ReplayWindow)
+		}
+		window = w
+	}
+	seenPath := ""
+	if env.Dir != "" {
+		seenPath = filepath.Join(env.Dir, "webhook-"+cfg.Name+".seen")
+	}
+	sn, err := openSeen(seenPath, window, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("webhook %s: the replay record: %w", cfg.Name, err)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		sn.close()
 		return nil, fmt.Errorf("webhook %s: %w", cfg.Name, err)
 	}
-	l := &listener{name: cfg.Name, secret: []byte(secret), env: env, ln: netutil.LimitListener(ln, MaxConns), done: make(chan struct{})}
+	l := &listener{name: cfg.Name, secret: []byte(secret), env: env, ln: netutil.LimitListener(ln, MaxConns), done: make(chan struct{}),
+		seen: sn, requireTS: cfg.RequireTimestamp, now: time.Now}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hooks/"+cfg.Name, l.serve)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -92,6 +135,7 @@ func (l *listener) Close() error {
 	defer cancel()
 	err := l.srv.Shutdown(ctx)
 	<-l.done
+	l.seen.close()
 	return err
 }
 
@@ -115,10 +159,27 @@ func (l *listener) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("body larger than %d bytes", l.env.MaxTaskBytes))
 		return
 	}
-	if !l.signed(r.Header.Get("X-Hub-Signature-256"), body) {
+	ts := r.Header.Get(TimestampHeader)
+	if ts == "" && l.requireTS {
+		log.Warn().Str("remote", r.RemoteAddr).Str("source", l.name).Msg("webhook: no signed timestamp; delivery refused")
+		writeError(w, http.StatusUnauthorized, "missing_timestamp", "this source must send "+TimestampHeader+" and sign it with the body")
+		return
+	}
+	mac, ok := l.signed(r.Header.Get("X-Hub-Signature-256"), ts, body)
+	if !ok {
 		log.Warn().Str("remote", r.RemoteAddr).Str("source", l.name).Msg("webhook: bad or missing signature; delivery refused")
 		writeError(w, http.StatusUnauthorized, "bad_signature", "X-Hub-Signature-256 is missing or does not match the body")
 		return
+	}
+	now := l.now()
+	if ts != "" {
+		sec, err := strconv.ParseInt(ts, 10, 64)
+		if d := now.Sub(time.Unix(sec, 0)); err != nil || d > TimestampTolerance || d < -TimestampTolerance {
+			log.Warn().Str("remote", r.RemoteAddr).Str("source", l.name).Str("timestamp", ts).Msg("webhook: signed timestamp out of range; delivery refused")
+			writeError(w, http.StatusUnauthorized, "stale_timestamp",
+				fmt.Sprintf("%s %q is more than %s from this device's clock (%d)", TimestampHeader, ts, TimestampTolerance, now.Unix()))
+			return
+		}
 	}
 	var payload json.RawMessage
 	if err := json.Unmarshal(body, &payload); err != nil {
@@ -131,6 +192,20 @@ func (l *listener) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	input, _ := json.Marshal(map[string]any{"source": l.name, "event": event, "payload": payload})
 	task := &agent.Task{TaskID: l.taskID(r, body), Type: "webhook." + l.name, Input: input}
+	sigSum := sha256.Sum256(mac)
+	prev, err := l.seen.take(hex.EncodeToString(sigSum[:]), task.TaskID, now)
+	if err != nil {
+		log.Error().Err(err).Str("task", task.TaskID).Msg("webhook: delivery not recorded")
+		writeError(w, http.StatusInternalServerError, "not_durable", err.Error())
+		return
+	}
+	if prev != "" {
+		log.Warn().Str("remote", r.RemoteAddr).Str("source", l.name).Str("task", task.TaskID).Str("first", prev).
+			Msg("webhook: a signature already taken within the replay window; delivery refused")
+		writeError(w, http.StatusConflict, "replayed",
+			"this signed body was already delivered as task "+prev+" within the replay window; a replay is refused")
+		return
+	}
 	ev, err := agent.TaskEvent(task, "webhook:"+l.name, time.Now().UnixMilli())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, "bad_task", err.Error())
@@ -153,19 +228,24 @@ func (l *listener) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// signed reports whether header is "sha256=" and the hex HMAC of body.
-func (l *listener) signed(header string, body []byte) bool {
+// signed reports whether header is "sha256=" and the hex HMAC of body, or
+// of ts + "." + body when ts is not empty, and returns that HMAC.
+func (l *listener) signed(header, ts string, body []byte) ([]byte, bool) {
 	hexSum, ok := strings.CutPrefix(header, "sha256=")
 	if !ok {
-		return false
+		return nil, false
 	}
 	got, err := hex.DecodeString(hexSum)
 	if err != nil {
-		return false
+		return nil, false
 	}
 	mac := hmac.New(sha256.New, l.secret)
+	if ts != "" {
+		mac.Write([]byte(ts + "."))
+	}
 	mac.Write(body)
-	return hmac.Equal(got, mac.Sum(nil))
+	want := mac.Sum(nil)
+	return want, hmac.Equal(got, want)
 }
 
 // taskID names the delivery: the source's delivery id when it sends a valid
