@@ -186,7 +186,7 @@ func TestDaemonColdBoot(t *testing.T) {
 	}
 }
 
-// TestDaemonMasterKilled: tasks sent to the master's own port, the master
+// TestDaemonMasterKilled: tasks sent to the master through the daemon, the master
 // SIGKILLed mid-way, restarted by the daemon and hydrated; every task ends,
 // none runs twice, none is lost.
 func TestDaemonMasterKilled(t *testing.T) {
@@ -202,7 +202,7 @@ func TestDaemonMasterKilled(t *testing.T) {
 		if i%2 == 1 { // slow ones, so that the kill lands mid-queue
 			body = []byte(fmt.Sprintf(`{"task_id":%q,"input":{"call":[{"tool":"sleep_ms","args":{"ms":15}},{"tool":"file_append","args":{"file":"out.txt","line":"line %s"}}]}}`, ids[i], ids[i]))
 		}
-		if code, resp, err := postTask(t.Context(), m.Addr, "master", body); err != nil || code != 202 {
+		if code, resp, err := postTask(t.Context(), base, "master", body); err != nil || code != 202 {
 			t.Fatalf("task %s: %d %s %v", ids[i], code, resp, err)
 		}
 	}

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/plugin"
@@ -97,6 +99,10 @@ func runAgent(ctx context.Context, f runFlags) error {
 	if err != nil {
 		return err
 	}
+	// The daemon's per-boot token for this agent's port (its agents); not
+	// passed on to what the agent starts (MCP servers).
+	localToken := os.Getenv(control.EnvAPIToken)
+	os.Unsetenv(control.EnvAPIToken)
 	err = host.Run(ctx, host.Options{
 		AgentID:  f.agent,
 		Template: f.template,
@@ -112,7 +118,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		Config: cfg,
 		Listen: f.listen,
 		API: func(rt *agent.Runtime, maxTaskBytes int) http.Handler {
-			api := httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, Token: f.token, MaxTaskBytes: maxTaskBytes, Log: log})
+			api := httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, Token: f.token, LocalToken: localToken, MaxTaskBytes: maxTaskBytes, Log: log})
 			for pattern, h := range f.hooks.routes {
 				api.Handle(pattern, h)
 			}

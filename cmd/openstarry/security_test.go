@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -86,8 +87,49 @@ func TestDNSRebindingRefused(t *testing.T) {
 			t.Errorf("POST with Host %s: %d %s", host, code, body)
 		}
 	}
-	if code, body := hostRequest(t, "POST", master.Addr+"/agents/master/tasks", au.Host, task("ok-direct")); code != http.StatusAccepted {
+	// The agent's own port with its own Host passes the Host check and
+	// then needs the daemon's token (TestAgentPortNeedsDaemonToken).
+	if code, body := hostRequest(t, "POST", master.Addr+"/agents/master/tasks", au.Host, task("ok-direct")); code != http.StatusUnauthorized {
 		t.Errorf("POST to the agent with Host %s: %d %s", au.Host, code, body)
+	}
+}
+
+// TestAgentPortNeedsDaemonToken: a local process that is not the daemon
+// (another user's, in the issue) reaches an agent's own port on loopback
+// and is refused 401 without the daemon's per-boot token, for tasks and
+// the snapshot alike; the token is not on the agent's command line; the
+// daemon itself still reaches the agent (proxied tasks, status).
+func TestAgentPortNeedsDaemonToken(t *testing.T) {
+	data := dataDir(t)
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	base := c.url()
+	master := waitAgent(t, data, "master", 30*time.Second, func(a control.AgentInfo) bool { return a.State == "running" && a.Addr != "" })
+	for _, r := range []struct{ method, path, body string }{
+		{"POST", "/agents/master/tasks", `{"task_id":"direct-1","input":{"call":[{"tool":"file_append","args":{"file":"x.txt","line":"owned"}}]}}`},
+		{"GET", "/agents/master/snapshot", ""},
+		{"GET", "/agents/master/tasks/direct-1", ""},
+		{"GET", "/healthz", ""},
+	} {
+		u, _ := url.Parse(master.Addr)
+		code, body := hostRequest(t, r.method, master.Addr+r.path, u.Host, r.body)
+		if code != http.StatusUnauthorized || !strings.Contains(body, `"code":"unauthorized"`) {
+			t.Errorf("%s %s on the agent's port without the token: %d %s", r.method, r.path, code, body)
+		}
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", master.PID))
+	if err == nil && strings.Contains(string(cmdline), "TOKEN") {
+		t.Errorf("a token on the agent's command line: %q", cmdline)
+	}
+	if code, resp, err := postTask(t.Context(), base, "master", []byte(`{"task_id":"proxied-1","input":"x"}`)); err != nil || code != http.StatusAccepted {
+		t.Fatalf("a task through the daemon: %d %s %v", code, resp, err)
+	}
+	waitTask(t, base, "master", "proxied-1")
+	if _, err := os.Stat(filepath.Join(data, "agents", "master", "artifacts", "x.txt")); err == nil {
+		t.Error("the refused task wrote its file")
+	}
+	a := waitAgent(t, data, "master", 30*time.Second, func(a control.AgentInfo) bool { return a.Snapshot })
+	if a.Tick == 0 {
+		t.Errorf("the daemon's status has no snapshot of the agent: %+v", a)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -106,7 +107,8 @@ type Daemon struct {
 	launcher Launcher
 	now      func() time.Time
 	rand     func() float64
-	httpc    *http.Client        // to the agents' loopback APIs
+	httpc    *http.Client        // to the agents' loopback APIs, with apiToken
+	apiToken string              // the agents' ports require it (control.EnvAPIToken)
 	retireMu sync.Mutex          // one ephemeral worker retired at a time
 	store    *control.StoreState // the state store as phase 1 found it (under mu)
 
@@ -169,8 +171,10 @@ func newDaemon(o Options) (*Daemon, error) {
 	cfg.Data = data
 	d := &Daemon{o: o, cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"),
 		now: o.Now, rand: o.Rand, members: map[string]*member{}, recover: map[string]bool{},
-		httpc:  &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}},
 		events: make(chan control.AgentInfo, 256)}
+	d.apiToken = crand.Text()
+	d.httpc = &http.Client{Timeout: 10 * time.Second, Transport: &agentAuth{token: d.apiToken,
+		base: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}}}
 	if d.now == nil {
 		d.now = time.Now
 	}

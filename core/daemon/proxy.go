@@ -31,7 +31,7 @@ func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
-			pr.Out.Header.Del("Authorization") // the agent's API is loopback-only and needs none
+			pr.Out.Header.Del("Authorization") // the client's; the transport (agentAuth) sends the daemon's
 		},
 		Transport:  d.httpc.Transport,
 		BufferPool: proxyBuffers,
@@ -40,6 +40,19 @@ func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// agentAuth sends the daemon's per-boot token to the agents' ports, which
+// require it from every client (control.EnvAPIToken).
+type agentAuth struct {
+	token string
+	base  http.RoundTripper
+}
+
+func (a *agentAuth) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+a.token)
+	return a.base.RoundTrip(r)
 }
 
 // proxyBuffers lends the reverse proxy the buffers it copies answers

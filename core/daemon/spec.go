@@ -108,7 +108,7 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, control.EnvAddr+"="+d.ctrlAddr, control.EnvToken+"="+d.agentToken(id),
+	env = append(env, control.EnvAddr+"="+d.ctrlAddr, control.EnvToken+"="+d.agentToken(id), control.EnvAPIToken+"="+d.apiToken,
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
 	for _, inf := range d.o.Infra {
 		a, e := inf.AgentArgs(id, role)

@@ -120,6 +120,21 @@ func TokenOffLoopback(token string, logf func(remote, path string), next http.Ha
 	})
 }
 
+// TokenAlways requires token from every client, loopback included; it is
+// answered 401 and told to logf otherwise.
+func TokenAlways(token string, logf func(remote, path string), next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !TokenOK(r, token) {
+			if logf != nil {
+				logf(r.RemoteAddr, r.URL.Path)
+			}
+			Error(w, http.StatusUnauthorized, CodeUnauthorized, "a valid bearer token is required: this port serves its daemon only")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
 // Routes serves mux, answering its unknown routes (404) and wrong methods
 // (405, with Allow) as JSON errors instead of ServeMux's plain text.
 func Routes(mux *http.ServeMux) http.Handler {

@@ -35,7 +35,11 @@ type Options struct {
 	Agents       Agents
 	MaxTaskBytes int    // largest accepted task body; default 256 KiB
 	Token        string // required from off loopback when set
-	Log          zerolog.Logger
+	// LocalToken, when set, is required from every client, loopback
+	// included: the daemon's per-boot token for its agents' ports, so that
+	// another local user cannot reach an agent.
+	LocalToken string
+	Log        zerolog.Logger
 }
 
 // Server is the HTTP handler.
@@ -58,6 +62,9 @@ func New(opts Options) *Server {
 		httpx.JSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.handler = httpx.TokenOffLoopback(opts.Token, s.tokenRefused, httpx.Routes(s.mux))
+	if opts.LocalToken != "" {
+		s.handler = httpx.TokenAlways(opts.LocalToken, s.tokenRefused, httpx.Routes(s.mux))
+	}
 	return s
 }
 

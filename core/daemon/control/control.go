@@ -25,6 +25,10 @@ import (
 const (
 	EnvAddr  = "OPENSTARRY_CONTROL"       // unix:///abs/path/control.sock or tcp://127.0.0.1:PORT
 	EnvToken = "OPENSTARRY_CONTROL_TOKEN" // the per-boot bearer token
+	// EnvAPIToken hands an agent the daemon's per-boot token for the
+	// agent's own HTTP port: the agent requires it from every client,
+	// loopback included, so that only the daemon reaches the port.
+	EnvAPIToken = "OPENSTARRY_AGENT_API_TOKEN"
 )
 
 // Files under DATA/run.
