@@ -92,6 +92,7 @@ type Client struct {
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
 	store      *resumeStore // paho's store; tells which publications paho resumed
 	rejected   *rejectedSet // retained messages already dead-lettered
+	instance   Instance     // this process, in the status it owns
 
 	received, accepted, duplicates, deadLettered, published atomic.Uint64
 	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
@@ -115,6 +116,7 @@ func New(cfg Config) (*Client, error) {
 		progress:   make(chan progressMsg, 256),
 		store:      newResumeStore(),
 		rejected:   newRejectedSet(cfg.StateDir),
+		instance:   NewInstance(""),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -450,24 +452,42 @@ type StatusMessage struct {
 	Agents  []string `json:"agents"`
 	Reason  string   `json:"reason,omitempty"`
 	Time    string   `json:"time,omitempty"` // RFC 3339, when it was published (not in a will)
+	// Owner is who published it: OwnerDaemon or OwnerAgent (an agent run
+	// on its own); Instance, PID and Host name that process (Instance is
+	// new at each start).
+	Owner    string `json:"owner,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Host     string `json:"host,omitempty"`
 }
 
 // StatusPayload encodes a status message; an online one carries the time
 // now.
 func StatusPayload(state, device, version string, agents []string, reason string, now time.Time) []byte {
-	s := StatusMessage{State: state, Device: device, Version: version, Agents: agents, Reason: reason}
+	return StatusMessage{State: state, Device: device, Version: version, Agents: agents, Reason: reason}.Payload(now)
+}
+
+// Payload encodes s; an online one carries the time now.
+func (s StatusMessage) Payload(now time.Time) []byte {
 	if s.Agents == nil {
 		s.Agents = []string{}
 	}
-	if state == "online" {
+	if s.State == "online" {
 		s.Time = now.UTC().Format(time.RFC3339)
 	}
 	b, _ := json.Marshal(s)
 	return b
 }
 
+// ownedBy stamps s with the owner and its instance.
+func (s StatusMessage) ownedBy(owner string, in Instance) StatusMessage {
+	s.Owner, s.Instance, s.PID, s.Host = owner, in.ID, in.PID, in.Host
+	return s
+}
+
 func (c *Client) status(state, reason string) []byte {
-	return StatusPayload(state, c.cfg.Device, c.cfg.Version, c.cfg.Agents, reason, c.cfg.Now())
+	return StatusMessage{State: state, Device: c.cfg.Device, Version: c.cfg.Version, Agents: c.cfg.Agents, Reason: reason}.
+		ownedBy(OwnerAgent, c.instance).Payload(c.cfg.Now())
 }
 
 // Close publishes the results still waiting until ctx ends, marks the
