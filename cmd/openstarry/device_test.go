@@ -51,7 +51,7 @@ func TestOneDeviceManyProcesses(t *testing.T) {
 	d.waitLog("fleet: subscribed to the claims", 30*time.Second)
 
 	a := startChild(t, true, "run", "--agent", "assistant", "--device", "dev-1", "--listen", "127.0.0.1:0",
-		"--data", t.TempDir(), "--broker", m.URL())
+		"--data", t.TempDir(), "--broker", m.URL(), "--fleet-workers")
 	a.waitLog("fleet: subscribed to the claims", 30*time.Second)
 
 	for i := range 6 {
@@ -113,4 +113,50 @@ func TestOneDeviceManyProcesses(t *testing.T) {
 	if strings.Contains(m.Logs(), "already connected, closing old connection") {
 		t.Errorf("a client id was taken over:\n%s", m.Logs())
 	}
+}
+
+// TestFleetGroupMembership: an agent that stops cleanly leaves the fleet
+// group, so that the hub does not queue fleet tasks for it while it is away
+// (they went to its persistent session and waited for it to come back);
+// an agent of a worker template joins the group only with
+// --fleet-workers.
+func TestFleetGroupMembership(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	col := mqtttest.Collect(t, m.URL(), "observer-group", false, "openstarry/+/agents/+/results")
+	var agents []*child
+	for _, dev := range []string{"dev-a", "dev-b"} {
+		c := startChild(t, true, "run", "--agent", "master", "--template", "master", "--device", dev, "--listen", "127.0.0.1:0",
+			"--data", t.TempDir(), "--broker", m.URL())
+		c.waitLog("fleet: subscribed to the claims", 30*time.Second)
+		agents = append(agents, c)
+	}
+	b := agents[1]
+	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code, err := b.wait(30 * time.Second); err != nil || code != 0 {
+		t.Fatalf("dev-b exit %d %v\n%s", code, err, b.logs())
+	}
+	if !strings.Contains(b.logs(), "mqtt: left the fleet group") {
+		t.Errorf("dev-b did not say it left the fleet group:\n%s", b.logs())
+	}
+	pub := mqttPublisher(t, m.URL())
+	const n = 8
+	for i := range n {
+		mqtttest.Publish(t, pub, mqtt.FleetTopic("openstarry"), mqttTask(fmt.Sprintf("group-%d", i), i))
+	}
+	wait.For(t, 60*time.Second, "every fleet task run by the device still there", func() bool {
+		return len(col.Messages("openstarry/dev-a/agents/master/results")) >= n
+	})
+
+	// Workers: not in the group unless configured.
+	w := startChild(t, true, "run", "--agent", "w1", "--template", "worker", "--device", "dev-w", "--listen", "127.0.0.1:0",
+		"--data", t.TempDir(), "--broker", m.URL())
+	w.waitLog("subscribed to openstarry/dev-w/agents/w1/tasks", 30*time.Second)
+	if strings.Contains(w.logs(), "fleet/tasks") {
+		t.Errorf("a worker joined the fleet group:\n%s", w.logs())
+	}
+	w2 := startChild(t, true, "run", "--agent", "w2", "--template", "worker", "--device", "dev-w", "--listen", "127.0.0.1:0",
+		"--data", t.TempDir(), "--broker", m.URL(), "--fleet-workers")
+	w2.waitLog("subscribed to $share/openstarry/openstarry/fleet/tasks", 30*time.Second)
 }

@@ -507,6 +507,18 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.flush(ctx)
+	if !c.cfg.NoFleet && c.pc.IsConnectionOpen() {
+		// Leave the fleet group: the persistent session would stay in it
+		// and the hub would go on queueing fleet tasks for an agent that
+		// is not there. What is in flight stays in the session.
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := waitToken(dctx, c.pc.Unsubscribe(c.topics.FleetShared), 2*time.Second); err != nil {
+			c.log.Warn().Err(err).Msg("mqtt: leaving the fleet group failed; the hub may queue fleet tasks for this agent until it returns")
+		} else {
+			c.log.Info().Str("topic", c.topics.FleetShared).Msgf("mqtt: left the fleet group (unsubscribed from %s)", c.topics.FleetShared)
+		}
+		cancel()
+	}
 	if c.pc.IsConnectionOpen() && !c.cfg.NoDeviceStatus {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, c.status("offline", "stopped")), 2*time.Second)

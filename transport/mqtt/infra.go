@@ -261,14 +261,14 @@ func (m *Infra) connect() error {
 // AgentArgs hands mqtt.* to an agent as the flags of `openstarry run`,
 // encoded by the configuration table (config.Config.AgentArgs): the
 // broker's URL as it was started, the device id as resolved, the password
-// in the environment. Workers never take fleet tasks: those are the
-// master's to delegate.
+// in the environment. Workers take no fleet tasks (those are the master's
+// to delegate) unless mqtt.fleet_workers says they do.
 func (m *Infra) AgentArgs(agentID, role string) (args, env []string) {
 	c := config.Config{MQTT: config.MQTT{Disabled: true}}
 	if !m.cfg.Disabled {
 		c.MQTT = m.cfg
 		c.MQTT.Broker, c.MQTT.Device = m.url, m.device
-		c.MQTT.NoFleet = m.cfg.NoFleet || role != design.RoleMaster
+		c.MQTT.NoFleet = m.cfg.NoFleet || role != design.RoleMaster && !m.cfg.FleetWorkers
 	}
 	return c.AgentArgs()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
@@ -36,7 +37,7 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 	}
 	t := &transport{cfg: Config{
 		Broker: m.Broker, Device: device, Agent: env.AgentID, TopicPrefix: m.TopicPrefix,
-		FleetGroup: m.FleetGroup, NoFleet: m.NoFleet, NoDeviceStatus: env.DaemonChild,
+		FleetGroup: m.FleetGroup, NoFleet: m.NoFleet || env.Role == design.RoleWorker && !m.FleetWorkers, NoDeviceStatus: env.DaemonChild,
 		Username: m.Username, Password: m.Password, CAFile: m.CA, CertFile: m.Cert, KeyFile: m.Key,
 		MaxTaskBytes: env.MaxTaskBytes, Version: env.Version, Log: env.Log,
 		StateDir: filepath.Join(env.DataDir, "agents", env.AgentID),
