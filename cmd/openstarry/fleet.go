@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -85,6 +86,11 @@ otherwise.`,
 }
 
 func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
+	if !slices.Contains(fleet.Commands, name) {
+		// Checked before anything is signed or sent: a device answers no
+		// command it does not know, and the sender would only time out.
+		return fmt.Errorf("unknown fleet command %q; the commands are: %s", name, strings.Join(fleet.Commands, ", "))
+	}
 	if f.key == "" {
 		return errors.New("--key is required: the fleet's private key file")
 	}
