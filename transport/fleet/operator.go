@@ -112,7 +112,8 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 // retained status.
 type DeviceView struct {
 	Device    string     `json:"device"`
-	State     string     `json:"state"` // online, offline, or "" when no status is retained
+	State     string     `json:"state"`            // online, offline, or "" when no status is retained
+	Reason    string     `json:"reason,omitempty"` // why offline: stopped, connection lost
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 }
 
@@ -155,10 +156,11 @@ func CollectStatus(ctx context.Context, dial mqtt.DialOptions, prefix string, wa
 			}
 		case strings.HasSuffix(m.Topic(), "/status"):
 			var s struct {
-				State string `json:"state"`
+				State  string `json:"state"`
+				Reason string `json:"reason"`
 			}
 			if json.Unmarshal(m.Payload(), &s) == nil {
-				view(dev).State = s.State
+				view(dev).State, view(dev).Reason = s.State, s.Reason
 			}
 		}
 	})
