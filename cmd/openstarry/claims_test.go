@@ -26,7 +26,7 @@ func TestFleetClaims(t *testing.T) {
 	devices := []string{"dev-1", "dev-2", "dev-3"}
 	for _, dev := range devices {
 		c := startChild(t, true, "run", "--agent", "master", "--device", dev, "--listen", "127.0.0.1:0",
-			"--data", t.TempDir(), "--broker", m.URL())
+			"--data", t.TempDir(), "--broker", m.URL(), "--fleet-workers") // echo is a worker template
 		c.waitLog("subscribed to $share/openstarry/openstarry/fleet/tasks", 20*time.Second)
 		c.waitLog("fleet: subscribed to the claims", 20*time.Second)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -87,6 +88,11 @@ otherwise.`,
 }
 
 func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
+	if !slices.Contains(fleet.Commands, name) {
+		// Checked before anything is signed or sent: a device answers no
+		// command it does not know, and the sender would only time out.
+		return fmt.Errorf("unknown fleet command %q; the commands are: %s", name, strings.Join(fleet.Commands, ", "))
+	}
 	if f.key == "" {
 		return errors.New("--key is required: the fleet's private key file")
 	}
@@ -161,7 +167,10 @@ func fleetStatus(cmd *cobra.Command, f fleetFlags) error {
 	return nil
 }
 
-// printFleet writes one line per device.
+// printFleet writes one line per device. UP is the time since the device's
+// daemon started, now (not the uptime its last telemetry reported); a
+// device that is not online has no UP, and one that stopped cleanly has no
+// agent running.
 func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "DEVICE\tSTATE\tVERSION\tUP\tAGENTS\tRESTARTS\tSTORE\tDISK FREE\tSEEN")
@@ -169,7 +178,14 @@ func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
 		state := orDefault(v.State, "-")
 		ver, up, agents, restarts, store, free, seen := "-", "-", "-", "-", "-", "-", "-"
 		if t := v.Telemetry; t != nil {
-			ver, up = t.Version, shortDur(time.Duration(t.UptimeSeconds)*time.Second)
+			ver = t.Version
+			if v.State == "online" {
+				started := t.Started
+				if started.IsZero() {
+					started = t.Time.Add(-time.Duration(t.UptimeSeconds) * time.Second)
+				}
+				up = shortDur(now.Sub(started).Truncate(time.Second))
+			}
 			running, total, rs := 0, len(t.Agents), 0
 			for _, a := range t.Agents {
 				if a.State == "running" {
@@ -177,7 +193,13 @@ func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
 				}
 				rs += a.Restarts
 			}
+			if v.State == "offline" && v.Reason == "stopped" {
+				running = 0 // the daemon stopped its agents before it said so
+			}
 			agents = fmt.Sprintf("%d/%d running", running, total)
+			if v.State == "offline" && v.Reason != "stopped" {
+				agents = fmt.Sprintf("%d/%d at last report", running, total) // lost, not stopped: unknown now
+			}
 			restarts = strconv.Itoa(rs)
 			store = humanBytes(t.StoreBytes)
 			if t.DiskFreeBytes >= 0 {

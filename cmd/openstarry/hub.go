@@ -4,6 +4,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -92,7 +94,72 @@ listener needs --tls-cert and --tls-key: the answer carries a password.`,
 	fl.StringVar(&f.tlsCert, "tls-cert", "", "PEM certificate of the enrolment endpoint")
 	fl.StringVar(&f.tlsKey, "tls-key", "", "PEM key of --tls-cert")
 	hub.AddCommand(serve)
+
+	var of hubFlags
+	operator := &cobra.Command{Use: "operator", Short: "The fleet's operators on the hub (Mosquitto dynamic security)", Args: cobra.NoArgs}
+	add := &cobra.Command{
+		Use:   "add NAME [--broker URL] [--admin-user NAME]",
+		Short: "Create an operator: a broker client that may send signed commands and tasks and read the fleet",
+		Long: `Create the broker client NAME with the role ` + enroll.OperatorRole + `, through
+Mosquitto's dynamic security plugin: it may publish signed commands
+(PREFIX/+/commands/+), tasks to an agent (PREFIX/+/agents/+/tasks) and fleet
+tasks (PREFIX/fleet/tasks), and subscribe to everything under PREFIX (statuses,
+telemetry, results, replies, dead letters). fleet command, fleet status and
+task send log in as it with --mqtt-username and --mqtt-password.
+
+The password is OPENSTARRY_HUB_OPERATOR_PASSWORD, or a new random one printed
+once. For an operator that exists, the password is set again and the role
+added. The hub logs in as the plugin's admin (--admin-user, password in
+OPENSTARRY_HUB_ADMIN_PASSWORD).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return hubOperatorAdd(cmd, of, args[0]) },
+	}
+	fl = add.Flags()
+	fl.StringVar(&of.broker, "broker", envOr("OPENSTARRY_BROKER", "tcp://"+broker.DefaultListen), "the broker whose dynamic security plugin the hub drives (env OPENSTARRY_BROKER)")
+	fl.StringVar(&of.adminUser, "admin-user", envOr("OPENSTARRY_HUB_ADMIN_USER", "admin"), "the dynamic security plugin's admin client (env OPENSTARRY_HUB_ADMIN_USER); password in OPENSTARRY_HUB_ADMIN_PASSWORD")
+	fl.StringVar(&of.prefix, "topic-prefix", mqtt.DefaultTopicPrefix, "first level of every topic, for the operator's access rules")
+	fl.StringVar(&of.ca, "mqtt-ca", "", "PEM CA of the broker's certificate (ssl:// or mqtts://)")
+	operator.AddCommand(add)
+	hub.AddCommand(operator)
 	rootCmd.AddCommand(hub)
+}
+
+func hubOperatorAdd(cmd *cobra.Command, f hubFlags, name string) error {
+	if err := mqtt.ValidatePrefix(f.prefix); err != nil {
+		return fmt.Errorf("--topic-prefix: %w", err)
+	}
+	password, generated := os.Getenv("OPENSTARRY_HUB_OPERATOR_PASSWORD"), false
+	if password == "" {
+		b := make([]byte, 18)
+		if _, err := rand.Read(b); err != nil {
+			return err
+		}
+		password, generated = base64.RawURLEncoding.EncodeToString(b), true
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), 20*time.Second)
+	defer cancel()
+	ds, err := enroll.DialDynSec(ctx, mqtt.DialOptions{Broker: f.broker, Username: f.adminUser,
+		Password: os.Getenv("OPENSTARRY_HUB_ADMIN_PASSWORD"), CAFile: f.ca, Timeout: 10 * time.Second})
+	if err != nil {
+		if errors.Is(err, mqtt.ErrBadCredentials) || errors.Is(err, mqtt.ErrNotAuthorized) {
+			return fmt.Errorf("%w; check --admin-user and OPENSTARRY_HUB_ADMIN_PASSWORD (the dynamic security plugin's admin)", err)
+		}
+		return mqttHint(err)
+	}
+	defer ds.Close()
+	created, err := enroll.AddOperator(ctx, ds, f.prefix, name, password)
+	if err != nil {
+		return err
+	}
+	verb := "created"
+	if !created {
+		verb = "updated (new password, role added)"
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "operator %s %s on %s with role %s\n", name, verb, f.broker, enroll.OperatorRole)
+	if generated {
+		fmt.Fprintf(cmd.OutOrStdout(), "password: %s\n", password)
+	}
+	return nil
 }
 
 func hubServe(cmd *cobra.Command, f hubFlags) error {

@@ -328,8 +328,9 @@ func TestMQTTStatusWill(t *testing.T) {
 func TestMQTTFleetShared(t *testing.T) {
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
 	col := mqtttest.Collect(t, m.URL(), "observer-fleet", false, "openstarry/+/agents/+/results")
-	c1 := runAgentMQTT(t, "f1", t.TempDir(), "--broker", m.URL())
-	c2 := runAgentMQTT(t, "f2", t.TempDir(), "--broker", m.URL(), "--device", "dev2")
+	// echo, run's default template, is a worker's: --fleet-workers.
+	c1 := runAgentMQTT(t, "f1", t.TempDir(), "--broker", m.URL(), "--fleet-workers")
+	c2 := runAgentMQTT(t, "f2", t.TempDir(), "--broker", m.URL(), "--device", "dev2", "--fleet-workers")
 	for _, c := range []*child{c1, c2} {
 		c.waitLog("subscribed to $share/openstarry/openstarry/fleet/tasks", 10*time.Second)
 	}

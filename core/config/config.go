@@ -79,6 +79,9 @@ type MQTT struct {
 	TopicPrefix  string
 	FleetGroup   string
 	NoFleet      bool
+	// FleetWorkers lets agents of worker templates take fleet tasks too;
+	// by default only masters do.
+	FleetWorkers bool
 	Username     string
 	Password     string
 	CA           string
@@ -153,6 +156,7 @@ var Keys = []Key{
 	{Name: "mqtt.topic_prefix", Env: "OPENSTARRY_MQTT_TOPIC_PREFIX", Default: "openstarry", Doc: "first level of every topic", Flag: "topic-prefix", Agent: true, field: func(c *Config) any { return &c.MQTT.TopicPrefix }},
 	{Name: "mqtt.fleet_group", Env: "OPENSTARRY_MQTT_FLEET_GROUP", Default: "openstarry", Doc: "shared-subscription group of the fleet task topic (the master takes fleet tasks, workers never do)", Flag: "fleet-group", Agent: true, field: func(c *Config) any { return &c.MQTT.FleetGroup }},
 	{Name: "mqtt.no_fleet", Env: "OPENSTARRY_MQTT_NO_FLEET", Default: "false", Doc: "take no tasks from the fleet topic (under the daemon workers never do; this stops the master too)", Flag: "no-fleet", Agent: true, field: func(c *Config) any { return &c.MQTT.NoFleet }},
+	{Name: "mqtt.fleet_workers", Env: "OPENSTARRY_MQTT_FLEET_WORKERS", Default: "false", Doc: "agents of worker templates take fleet tasks too (by default only masters join the fleet group)", Flag: "fleet-workers", Agent: true, field: func(c *Config) any { return &c.MQTT.FleetWorkers }},
 	{Name: "mqtt.username", Env: "OPENSTARRY_MQTT_USERNAME", Doc: "MQTT user name", Flag: "mqtt-username", Agent: true, field: func(c *Config) any { return &c.MQTT.Username }},
 	{Name: "mqtt.password", Env: "OPENSTARRY_MQTT_PASSWORD", Doc: "MQTT password; handed to the agents through their environment, never on a command line", Secret: true, Flag: "mqtt-password", Agent: true, field: func(c *Config) any { return &c.MQTT.Password }},
 	{Name: "mqtt.ca", Env: "OPENSTARRY_MQTT_CA", Doc: "PEM file of the CA that signed the hub's certificate; empty: the system roots", Flag: "mqtt-ca", Agent: true, field: func(c *Config) any { return &c.MQTT.CA }},

@@ -97,7 +97,7 @@ func Run(ctx context.Context, o Options) error {
 	var tr plugin.Transport
 	if !cfg.MQTT.Disabled {
 		if tr, err = plugin.OpenTransport("mqtt", cfg, plugin.TransportEnv{AgentID: o.AgentID, DataDir: cfg.Data,
-			MaxTaskBytes: maxTaskBytes, DaemonChild: o.DaemonChild, Version: o.Version, Log: log}); err != nil {
+			MaxTaskBytes: maxTaskBytes, DaemonChild: o.DaemonChild, Role: res.Template.Role, Version: o.Version, Log: log}); err != nil {
 			return err
 		}
 		defer tr.Close()

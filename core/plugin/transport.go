@@ -67,8 +67,11 @@ type TransportEnv struct {
 	// DaemonChild says the agent runs under the daemon, which owns the
 	// device-wide topics (status); an agent run on its own owns them.
 	DaemonChild bool
-	Version     string
-	Log         zerolog.Logger
+	// Role is the agent's template role (design.RoleMaster, RoleWorker):
+	// workers take no fleet tasks unless mqtt.fleet_workers is set.
+	Role    string
+	Version string
+	Log     zerolog.Logger
 }
 
 // Transport carries one agent's tasks in and its results out (plugin kind

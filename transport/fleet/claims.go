@@ -50,6 +50,10 @@ type ClaimsConfig struct {
 	Username, Password        string
 	CAFile, CertFile, KeyFile string
 	Prefix, Device            string
+	// Agent is the agent whose fleet tasks these claims gate: the client
+	// id is the agent's with "-claims" (ClaimsClientID), so that two
+	// processes of one device never take each other's connection.
+	Agent string
 	// RunTTL is how long a claim holds while its task is queued or runs;
 	// a device that died with it holds it that long. Default 1h.
 	RunTTL time.Duration
@@ -94,7 +98,7 @@ func init() {
 	mqtt.RegisterClaims(func(c mqtt.Config) (mqtt.Claims, error) {
 		return NewClaims(ClaimsConfig{Broker: c.Broker, Username: c.Username, Password: c.Password,
 			CAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile, Prefix: c.TopicPrefix, Device: c.Device,
-			Log: c.Log.With().Str("component", "claims").Logger()})
+			Agent: c.Agent, Log: c.Log.With().Str("component", "claims").Logger()})
 	})
 }
 
@@ -114,6 +118,18 @@ func (c *Claims) Connect() {
 	c.client.Connect()
 }
 
+// ClaimsClientID is the client id of an agent's claims connection
+// (clean session): openstarry-{device}-{agent}-claims. Without an agent, a
+// random one.
+func ClaimsClientID(device, agent string) string {
+	if agent == "" {
+		b := make([]byte, 6)
+		_, _ = rand.Read(b)
+		agent = "x" + hex.EncodeToString(b)
+	}
+	return mqtt.ClientID(device, agent) + "-claims"
+}
+
 // NewClaims returns Claims that are not connected yet.
 func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if cfg.RunTTL <= 0 {
@@ -128,7 +144,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	}
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, pending: map[string]chan claimWait{}}
 	filter := cfg.Prefix + "/fleet/claims/+"
-	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(mqtt.ClientID(cfg.Device, "claims")).
+	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(ClaimsClientID(cfg.Device, cfg.Agent)).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).SetMaxReconnectInterval(30 * time.Second).
 		SetOnConnectHandler(func(pc paho.Client) {

@@ -91,8 +91,13 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 	if err := mqtt.WaitToken(ctx, pc.Subscribe(replies, 1, onReply), timeout); err != nil {
 		return nil, fmt.Errorf("mqtt: subscribe %s: %w", replies, err)
 	}
-	if err := mqtt.WaitToken(ctx, pc.Publish(CommandTopic(prefix, device, name), 1, false, env), timeout); err != nil {
-		return nil, fmt.Errorf("mqtt: publish the command: %w", err)
+	verified, err := mqtt.PublishChecked(ctx, pc, CommandTopic(prefix, device, name), env, dial.Username, timeout)
+	if err != nil {
+		return nil, err
+	}
+	unverified := ""
+	if !verified {
+		unverified = "; " + mqtt.UnverifiedHint(CommandTopic(prefix, device, name), dial.Username)
 	}
 	var out []Reply
 	for {
@@ -108,8 +113,8 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 			if len(out) > 0 {
 				return out, fmt.Errorf("no outcome of the update from device %s within %s (%s/%s/update keeps the last one)", device, timeout, prefix, device)
 			}
-			return nil, fmt.Errorf("no reply from device %s within %s (is it online, and does it trust this key? its dead letter topic %s/%s/deadletter says why it refused a command)",
-				device, timeout, prefix, device)
+			return nil, fmt.Errorf("no reply from device %s within %s (the hub delivered the command%s: is the device online, and does it trust this key? its dead letter topic %s/%s/deadletter says why it refused a command)",
+				device, timeout, unverified, prefix, device)
 		}
 	}
 }
@@ -118,7 +123,8 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 // retained status.
 type DeviceView struct {
 	Device    string     `json:"device"`
-	State     string     `json:"state"` // online, offline, or "" when no status is retained
+	State     string     `json:"state"`            // online, offline, or "" when no status is retained
+	Reason    string     `json:"reason,omitempty"` // why offline: stopped, connection lost
 	Telemetry *Telemetry `json:"telemetry,omitempty"`
 }
 
@@ -161,10 +167,11 @@ func CollectStatus(ctx context.Context, dial mqtt.DialOptions, prefix string, wa
 			}
 		case strings.HasSuffix(m.Topic(), "/status"):
 			var s struct {
-				State string `json:"state"`
+				State  string `json:"state"`
+				Reason string `json:"reason"`
 			}
 			if json.Unmarshal(m.Payload(), &s) == nil {
-				view(dev).State = s.State
+				view(dev).State, view(dev).Reason = s.State, s.Reason
 			}
 		}
 	})

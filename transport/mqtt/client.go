@@ -92,6 +92,7 @@ type Client struct {
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
 	store      *resumeStore // paho's store; tells which publications paho resumed
 	rejected   *rejectedSet // retained messages already dead-lettered
+	instance   Instance     // this process, in the status it owns
 
 	received, accepted, duplicates, deadLettered, published atomic.Uint64
 	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
@@ -115,6 +116,7 @@ func New(cfg Config) (*Client, error) {
 		progress:   make(chan progressMsg, 256),
 		store:      newResumeStore(),
 		rejected:   newRejectedSet(cfg.StateDir),
+		instance:   NewInstance(""),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -450,24 +452,42 @@ type StatusMessage struct {
 	Agents  []string `json:"agents"`
 	Reason  string   `json:"reason,omitempty"`
 	Time    string   `json:"time,omitempty"` // RFC 3339, when it was published (not in a will)
+	// Owner is who published it: OwnerDaemon or OwnerAgent (an agent run
+	// on its own); Instance, PID and Host name that process (Instance is
+	// new at each start).
+	Owner    string `json:"owner,omitempty"`
+	Instance string `json:"instance,omitempty"`
+	PID      int    `json:"pid,omitempty"`
+	Host     string `json:"host,omitempty"`
 }
 
 // StatusPayload encodes a status message; an online one carries the time
 // now.
 func StatusPayload(state, device, version string, agents []string, reason string, now time.Time) []byte {
-	s := StatusMessage{State: state, Device: device, Version: version, Agents: agents, Reason: reason}
+	return StatusMessage{State: state, Device: device, Version: version, Agents: agents, Reason: reason}.Payload(now)
+}
+
+// Payload encodes s; an online one carries the time now.
+func (s StatusMessage) Payload(now time.Time) []byte {
 	if s.Agents == nil {
 		s.Agents = []string{}
 	}
-	if state == "online" {
+	if s.State == "online" {
 		s.Time = now.UTC().Format(time.RFC3339)
 	}
 	b, _ := json.Marshal(s)
 	return b
 }
 
+// ownedBy stamps s with the owner and its instance.
+func (s StatusMessage) ownedBy(owner string, in Instance) StatusMessage {
+	s.Owner, s.Instance, s.PID, s.Host = owner, in.ID, in.PID, in.Host
+	return s
+}
+
 func (c *Client) status(state, reason string) []byte {
-	return StatusPayload(state, c.cfg.Device, c.cfg.Version, c.cfg.Agents, reason, c.cfg.Now())
+	return StatusMessage{State: state, Device: c.cfg.Device, Version: c.cfg.Version, Agents: c.cfg.Agents, Reason: reason}.
+		ownedBy(OwnerAgent, c.instance).Payload(c.cfg.Now())
 }
 
 // Close publishes the results still waiting until ctx ends, marks the
@@ -487,6 +507,18 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.flush(ctx)
+	if !c.cfg.NoFleet && c.pc.IsConnectionOpen() {
+		// Leave the fleet group: the persistent session would stay in it
+		// and the hub would go on queueing fleet tasks for an agent that
+		// is not there. What is in flight stays in the session.
+		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		if err := waitToken(dctx, c.pc.Unsubscribe(c.topics.FleetShared), 2*time.Second); err != nil {
+			c.log.Warn().Err(err).Msg("mqtt: leaving the fleet group failed; the hub may queue fleet tasks for this agent until it returns")
+		} else {
+			c.log.Info().Str("topic", c.topics.FleetShared).Msgf("mqtt: left the fleet group (unsubscribed from %s)", c.topics.FleetShared)
+		}
+		cancel()
+	}
 	if c.pc.IsConnectionOpen() && !c.cfg.NoDeviceStatus {
 		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, c.status("offline", "stopped")), 2*time.Second)

@@ -8,7 +8,8 @@
 //	$share/{group}/{prefix}/fleet/tasks         hub → any     QoS 1  task JSON, load-balanced
 //	{prefix}/{device}/agents/{agent}/results    agent → hub   QoS 1  result JSON
 //	{prefix}/{device}/agents/{agent}/progress   agent → hub   QoS 0  progress JSON
-//	{prefix}/{device}/status                    device → hub  QoS 1  retained; last will "offline"
+//	{prefix}/{device}/status                    device → hub  QoS 1  retained; last will "offline";
+//	                                                                 the daemon's when it runs (owner.go)
 //	{prefix}/{device}/deadletter                device → hub  QoS 1  a rejected message and why
 //
 // # Promises

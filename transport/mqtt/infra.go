@@ -3,7 +3,9 @@ package mqtt
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -42,6 +44,11 @@ type Infra struct {
 	mu      sync.Mutex      // guards running and orders the status publications
 	running map[string]bool // agents in state running, for the status topic
 
+	self     Instance    // this daemon, in the status it owns and in probe answers
+	closing  atomic.Bool // Close has begun: the status watch stands down
+	lastFix  atomic.Int64
+	warnedOf sync.Map // instance ids of other daemons already logged
+
 	att       Attachment   // rides on the client (the fleet), or nil
 	reconnect atomic.Int64 // connections after the first
 	stopAtt   context.CancelFunc
@@ -71,7 +78,8 @@ type InfraOptions struct {
 
 // NewInfra checks the mqtt.* settings; it starts nothing.
 func NewInfra(o InfraOptions) (*Infra, error) {
-	m := &Infra{cfg: o.Config, data: o.DataDir, version: o.Version, log: o.Log, running: map[string]bool{}}
+	m := &Infra{cfg: o.Config, data: o.DataDir, version: o.Version, log: o.Log, running: map[string]bool{},
+		self: NewInstance(absPath(o.DataDir))}
 	if m.cfg.Disabled {
 		return m, nil
 	}
@@ -125,7 +133,77 @@ func (m *Infra) Start(ctx context.Context) error {
 		}
 		m.url = m.broker.URL()
 	}
+	if err := m.checkDevice(ctx); err != nil {
+		return err
+	}
 	return m.connect()
+}
+
+// Probe bounds of checkDevice.
+const (
+	probeConnectTimeout = 5 * time.Second
+	probeAnswerTimeout  = 3 * time.Second
+)
+
+// checkDevice refuses to start a second daemon as a device id that a live
+// daemon already runs as (CheckDevice), before this one takes the
+// device's client id and status. A hub that cannot be reached now is not
+// asked: the daemon starts, as it always does without its hub.
+func (m *Infra) checkDevice(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeConnectTimeout+probeAnswerTimeout+probeConnectTimeout)
+	defer cancel()
+	pc, err := Dial(ctx, DialOptions{Broker: m.url, Username: m.cfg.Username, Password: m.cfg.Password,
+		CAFile: m.cfg.CA, CertFile: m.cfg.Cert, KeyFile: m.cfg.Key, Timeout: probeConnectTimeout})
+	if err != nil {
+		m.log.Warn().Err(err).Msg("mqtt: cannot ask the hub whether another daemon runs as this device; starting")
+		return nil
+	}
+	defer pc.Disconnect(50)
+	stale, err := CheckDevice(ctx, pc, m.cfg.TopicPrefix, m.device, m.self, probeAnswerTimeout)
+	switch {
+	case errors.Is(err, ErrDeviceOnline):
+		m.log.Error().Str("device", m.device).Msg("mqtt: refused to start: " + err.Error())
+		return err
+	case err != nil:
+		m.log.Warn().Err(err).Msg("mqtt: cannot ask the hub whether another daemon runs as this device; starting")
+	case stale != nil:
+		m.log.Warn().Str("device", m.device).Str("other_instance", stale.Instance).Int("other_pid", stale.PID).Str("other_host", stale.Host).
+			Msgf("mqtt: the hub says device %s is online, but its daemon (pid %d on host %s) did not answer within %s: its status is stale (it died and its last will is not out yet); taking the device over",
+				m.device, stale.PID, stale.Host, probeAnswerTimeout)
+	}
+	return nil
+}
+
+// watchStatus keeps the device's status the daemon's: a status that
+// another process published there (an agent's last will, an agent run on
+// its own with this device id stopping, an earlier boot's late will) is
+// replaced at once, at most once a second, by the daemon's own.
+func (m *Infra) watchStatus(c paho.Client) {
+	topic := StatusTopic(m.cfg.TopicPrefix, m.device)
+	c.Subscribe(topic, 1, func(_ paho.Client, msg paho.Message) {
+		if m.closing.Load() {
+			return
+		}
+		var s StatusMessage
+		if len(msg.Payload()) > 0 && json.Unmarshal(msg.Payload(), &s) == nil && s.Instance == m.self.ID {
+			return // its own
+		}
+		if s.Owner == OwnerDaemon && s.State == "online" {
+			if _, seen := m.warnedOf.LoadOrStore(s.Instance, true); !seen {
+				m.log.Error().Str("other_instance", s.Instance).Int("other_pid", s.PID).Str("other_host", s.Host).
+					Msgf("mqtt: another daemon (pid %d on host %s) publishes the status of device %s: two daemons run as this device; stop one, or give it its own mqtt.device",
+						s.PID, s.Host, m.device)
+			}
+			return // two daemons would only take turns
+		}
+		now := time.Now().UnixNano()
+		if last := m.lastFix.Load(); now-last < int64(time.Second) || !m.lastFix.CompareAndSwap(last, now) {
+			return
+		}
+		m.log.Info().Str("owner", s.Owner).Str("state", s.State).Str("reason", s.Reason).Int("pid", s.PID).
+			Msg("mqtt: the device's status was overwritten by another process; the daemon publishes its own again")
+		m.publishStatus()
+	})
 }
 
 // connect starts the daemon's own client; it connects in the background and
@@ -140,14 +218,18 @@ func (m *Infra) connect() error {
 		SetCleanSession(true).SetProtocolVersion(4).
 		SetAutoReconnect(true).SetConnectRetry(true).
 		SetConnectRetryInterval(2*time.Second).SetMaxReconnectInterval(30*time.Second).
-		SetBinaryWill(StatusTopic(m.cfg.TopicPrefix, m.device),
-			StatusPayload("offline", m.device, m.version, nil, "connection lost", time.Now()), 1, true).
+		SetBinaryWill(StatusTopic(m.cfg.TopicPrefix, m.device), m.statusPayload("offline", nil, "connection lost"), 1, true).
 		SetOnConnectHandler(func(c paho.Client) {
 			m.up.Store(true)
 			if m.everUp.Swap(true) {
 				m.reconnect.Add(1)
 			}
 			m.publishStatus()
+			m.watchStatus(c)
+			(&prober{prefix: m.cfg.TopicPrefix, device: m.device, self: m.self, onProbe: func(from Instance) {
+				m.log.Warn().Str("other_instance", from.ID).Int("other_pid", from.PID).Str("other_host", from.Host).Str("other_data", from.Data).
+					Msgf("mqtt: another daemon (%s) is starting as device %s; this daemon answered, and it refuses to start", from, m.device)
+			}}).subscribe(c)
 			if m.att != nil {
 				m.att.Attach(c)
 			}
@@ -179,14 +261,14 @@ func (m *Infra) connect() error {
 // AgentArgs hands mqtt.* to an agent as the flags of `openstarry run`,
 // encoded by the configuration table (config.Config.AgentArgs): the
 // broker's URL as it was started, the device id as resolved, the password
-// in the environment. Workers never take fleet tasks: those are the
-// master's to delegate.
+// in the environment. Workers take no fleet tasks (those are the master's
+// to delegate) unless mqtt.fleet_workers says they do.
 func (m *Infra) AgentArgs(agentID, role string) (args, env []string) {
 	c := config.Config{MQTT: config.MQTT{Disabled: true}}
 	if !m.cfg.Disabled {
 		c.MQTT = m.cfg
 		c.MQTT.Broker, c.MQTT.Device = m.url, m.device
-		c.MQTT.NoFleet = m.cfg.NoFleet || role != design.RoleMaster
+		c.MQTT.NoFleet = m.cfg.NoFleet || role != design.RoleMaster && !m.cfg.FleetWorkers
 	}
 	return c.AgentArgs()
 }
@@ -202,21 +284,34 @@ func (m *Infra) publishStatus() {
 		agents = append(agents, id)
 	}
 	slices.Sort(agents)
-	m.client.Publish(StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
-		StatusPayload("online", m.device, m.version, agents, "", time.Now()))
+	m.client.Publish(StatusTopic(m.cfg.TopicPrefix, m.device), 1, true, m.statusPayload("online", agents, ""))
+}
+
+// statusPayload is the device's status as this daemon owns it.
+func (m *Infra) statusPayload(state string, agents []string, reason string) []byte {
+	return StatusMessage{State: state, Device: m.device, Version: m.version, Agents: agents, Reason: reason}.
+		ownedBy(OwnerDaemon, m.self).Payload(time.Now())
+}
+
+// absPath is p made absolute, or p when that fails.
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
 }
 
 // Close marks the device offline (retained) and disconnects; the agents
 // have stopped by then.
 func (m *Infra) Close() error {
+	m.closing.Store(true)
 	if m.stopAtt != nil {
 		m.stopAtt()
 		m.att.Wait()
 	}
 	if m.client != nil {
 		if m.client.IsConnectionOpen() {
-			tok := m.client.Publish(StatusTopic(m.cfg.TopicPrefix, m.device), 1, true,
-				StatusPayload("offline", m.device, m.version, nil, "stopped", time.Now()))
+			tok := m.client.Publish(StatusTopic(m.cfg.TopicPrefix, m.device), 1, true, m.statusPayload("offline", nil, "stopped"))
 			tok.WaitTimeout(2 * time.Second)
 		}
 		m.client.Disconnect(250)

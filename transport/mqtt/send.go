@@ -89,8 +89,9 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 			return nil, fmt.Errorf("mqtt: subscribe %s: %w", results, err)
 		}
 	}
-	if err := waitToken(ctx, pc.Publish(topic, 1, false, task), o.Timeout); err != nil {
-		return nil, fmt.Errorf("mqtt: publish to %s: %w", topic, err)
+	verified, err := PublishChecked(ctx, pc, topic, task, o.Username, o.Timeout)
+	if err != nil {
+		return nil, err
 	}
 	if !o.Wait {
 		return nil, nil
@@ -99,7 +100,11 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 	case r := <-got:
 		return r, nil
 	case <-ctx.Done():
-		return nil, fmt.Errorf("task %s: %w (%s) on %s", t.TaskID, ErrNoResult, o.Timeout, results)
+		hint := ""
+		if !verified {
+			hint = "; " + UnverifiedHint(topic, o.Username)
+		}
+		return nil, fmt.Errorf("task %s: %w (%s) on %s%s", t.TaskID, ErrNoResult, o.Timeout, results, hint)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
@@ -36,7 +37,7 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 	}
 	t := &transport{cfg: Config{
 		Broker: m.Broker, Device: device, Agent: env.AgentID, TopicPrefix: m.TopicPrefix,
-		FleetGroup: m.FleetGroup, NoFleet: m.NoFleet, NoDeviceStatus: env.DaemonChild,
+		FleetGroup: m.FleetGroup, NoFleet: m.NoFleet || env.Role == design.RoleWorker && !m.FleetWorkers, NoDeviceStatus: env.DaemonChild,
 		Username: m.Username, Password: m.Password, CAFile: m.CA, CertFile: m.Cert, KeyFile: m.Key,
 		MaxTaskBytes: env.MaxTaskBytes, Version: env.Version, Log: env.Log,
 		StateDir: filepath.Join(env.DataDir, "agents", env.AgentID),
@@ -96,6 +97,9 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		}
 		cfg.Broker = t.broker.URL()
 	}
+	if !cfg.NoDeviceStatus && t.daemonOwnsStatus(ctx, cfg) {
+		cfg.NoDeviceStatus = true
+	}
 	if !cfg.NoFleet && newClaims != nil {
 		claims, err := newClaims(cfg)
 		if err != nil {
@@ -120,6 +124,34 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		t.claims.Connect() // once the hub took the agent's login
 	}
 	return nil
+}
+
+// daemonOwnsStatus reports whether a daemon says, in the retained status
+// of this agent's device, that it runs as the device: then this agent,
+// run on its own with the daemon's device id, leaves the status alone (no
+// online, no offline, no last will), for the daemon owns it. A broker that
+// cannot be asked now leaves the status to this agent; the daemon, when it
+// runs, replaces what the agent publishes (Infra).
+func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) bool {
+	ctx, cancel := context.WithTimeout(ctx, 2*probeConnectTimeout)
+	defer cancel()
+	pc, err := Dial(ctx, DialOptions{Broker: cfg.Broker, Username: cfg.Username, Password: cfg.Password,
+		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Timeout: probeConnectTimeout})
+	if err != nil {
+		return false // Start reports a refusal; an unreachable broker is retried there
+	}
+	defer pc.Disconnect(50)
+	prefix := cfg.TopicPrefix
+	if prefix == "" {
+		prefix = DefaultTopicPrefix
+	}
+	st, err := ReadStatus(ctx, pc, prefix, cfg.Device, probeConnectTimeout)
+	if err != nil || st == nil || st.Owner != OwnerDaemon || st.State != "online" {
+		return false
+	}
+	cfg.Log.Info().Str("component", "mqtt").Str("device", cfg.Device).Int("daemon_pid", st.PID).Str("daemon_host", st.Host).
+		Msgf("mqtt: a daemon (pid %d on host %s) runs as device %s and owns its status; this agent leaves %s alone", st.PID, st.Host, cfg.Device, StatusTopic(prefix, cfg.Device))
+	return true
 }
 
 // Close publishes what it can within a few seconds, disconnects, and stops
