@@ -92,18 +92,20 @@ type Server struct {
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
 	bin := Require(t)
-	model := filepath.Join(t.TempDir(), "tiny.gguf")
-	if err := o.Model.Write(model); err != nil {
-		t.Fatal(err)
-	}
 	if o.Context == 0 {
 		o.Context = 4096
 	}
+	// llama-server caps a slot's context at the model's trained one.
+	o.Model.ContextLength = max(o.Model.ContextLength, o.Context)
 	if o.Parallel == 0 {
 		o.Parallel = 1
 	}
 	if o.Predict == 0 {
 		o.Predict = 2048
+	}
+	model := filepath.Join(t.TempDir(), "tiny.gguf")
+	if err := o.Model.Write(model); err != nil {
+		t.Fatal(err)
 	}
 	port := loopback.FreePort(t)
 	s := &Server{t: t, bin: bin, Port: port,
