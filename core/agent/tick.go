@@ -251,6 +251,10 @@ func (r *Runtime) runTool(ctx context.Context, ev Event, task *Task, step int, c
 		res.Error = err.Error()
 		return res, false
 	}
+	if err := t.CheckArgs(call.Args); err != nil {
+		res.Error = err.Error()
+		return res, false
+	}
 	if !t.Idempotent {
 		action := &PendingAction{EventID: ev.ID, TaskID: taskID, Step: step, Tool: call.Tool,
 			Args: call.Args, Completed: append([]ToolResult(nil), done...), StartedAt: r.nowMs()}

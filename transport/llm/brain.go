@@ -52,19 +52,121 @@ func New(cfg design.Brain) (*Brain, error) {
 // anyObject is the parameters schema of a tool that declares none.
 var anyObject = json.RawMessage(`{"type":"object"}`)
 
-// Think implements agent.Brain.
+// ErrMalformed is wrapped when the model's answer is neither text nor a
+// valid tool call: a call the server could not parse left in the text, a
+// call cut off by the token limit, an answer that cannot be decoded.
+var ErrMalformed = errors.New("the model's answer is neither text nor a valid tool call")
+
+// MalformedRetries is how many times a malformed answer is asked for again
+// before the task fails.
+const MalformedRetries = 2
+
+// Think implements agent.Brain. A malformed answer is asked for again up to
+// MalformedRetries times; nothing of it is run. A prompt over the server's
+// context is sent again with the oldest messages of the window left out
+// (shrink).
 func (b *Brain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
-	req := BuildRequest(turn)
-	req.Stream = b.Stream
-	comp, err := b.Client.Chat(ctx, req, turn.OnTokens)
-	if err != nil {
-		return agent.Reply{}, err
+	for attempt := 0; ; attempt++ {
+		comp, err := b.ask(ctx, turn)
+		if err == nil {
+			err = checkAnswer(comp)
+		}
+		if err == nil {
+			reply := agent.Reply{Calls: comp.Calls, Usage: comp.Usage}
+			if len(comp.Calls) == 0 {
+				reply.Output, _ = json.Marshal(comp.Content)
+			}
+			return reply, nil
+		}
+		if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadResponse) {
+			return agent.Reply{}, err
+		}
+		if attempt >= MalformedRetries {
+			return agent.Reply{}, fmt.Errorf("%d answers in a row were unusable, the last: %w", attempt+1, err)
+		}
 	}
-	reply := agent.Reply{Calls: comp.Calls, Usage: comp.Usage}
-	if len(comp.Calls) == 0 {
-		reply.Output, _ = json.Marshal(comp.Content)
+}
+
+// ask sends the turn, leaving out the oldest messages of the window while
+// the server says the prompt is over its context.
+func (b *Brain) ask(ctx context.Context, turn agent.Turn) (Completion, error) {
+	for {
+		req := BuildRequest(turn)
+		req.Stream = b.Stream
+		comp, err := b.Client.Chat(ctx, req, turn.OnTokens)
+		var se *StatusError
+		if err == nil || !errors.As(err, &se) || !se.ContextExceeded() {
+			return comp, err
+		}
+		smaller, ok := shrink(turn, req, se)
+		if !ok {
+			return Completion{}, fmt.Errorf("%w (the prompt is over the model server's context even without the "+
+				"conversation window: the system prompt, the task and its tool results alone; give the server a "+
+				"larger context, llama-server's -c, or send less)", err)
+		}
+		turn = smaller
 	}
-	return reply, nil
+}
+
+// shrink returns the turn without the oldest messages of its window, about
+// as many as the server said were too many (with a tenth of the context
+// left for the answer), and false when there is nothing left to drop.
+func shrink(turn agent.Turn, req *chatRequest, se *StatusError) (agent.Turn, bool) {
+	if len(turn.History) == 0 {
+		if turn.Memory == "" {
+			return turn, false
+		}
+		turn.Memory = "" // the summary goes last
+		return turn, true
+	}
+	size := 0
+	for _, m := range req.Messages {
+		if m.Content != nil {
+			size += len(*m.Content)
+		}
+	}
+	var excess int // bytes to leave out
+	if se.PromptTokens > 0 && se.ContextTokens > 0 && se.PromptTokens > se.ContextTokens*9/10 {
+		perToken := max(1, size/se.PromptTokens)
+		excess = (se.PromptTokens - se.ContextTokens*9/10) * perToken
+	} else {
+		excess = size / 2
+	}
+	drop := 0
+	for dropped := 0; drop < len(turn.History) && dropped < excess; drop++ {
+		dropped += len(turn.History[drop].Content) + 16
+	}
+	turn.History = turn.History[max(drop, 1):]
+	return turn, true
+}
+
+// checkAnswer refuses an answer that must not be used: text holding a
+// tool call the server did not parse, tool calls cut off by the token
+// limit, nothing at all.
+func checkAnswer(c Completion) error {
+	if len(c.Calls) > 0 {
+		if c.FinishReason == "length" {
+			return fmt.Errorf("%w: the answer reached the token limit inside a tool call", ErrMalformed)
+		}
+		return nil
+	}
+	for _, tag := range []string{"<tool_call>", "[TOOL_CALLS]", "<|tool_call|>", "<function=", "<|python_tag|>"} {
+		if strings.Contains(c.Content, tag) {
+			return fmt.Errorf("%w: the text holds %s that the server did not parse as a tool call: %s",
+				ErrMalformed, tag, clip(c.Content, 200))
+		}
+	}
+	if strings.TrimSpace(c.Content) == "" {
+		return fmt.Errorf("%w: the answer is empty (finish_reason %q)", ErrMalformed, c.FinishReason)
+	}
+	return nil
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // BuildRequest turns a turn into the chat messages and tool definitions.

@@ -2,6 +2,7 @@ package llm
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
@@ -49,6 +51,20 @@ type Client struct {
 type StatusError struct {
 	Code    int
 	Message string // the server's error message, or the start of its body
+	// Type is the error's type when the server names one, such as
+	// llama.cpp's exceed_context_size_error; with it, PromptTokens and
+	// ContextTokens are its n_prompt_tokens and n_ctx.
+	Type                        string
+	PromptTokens, ContextTokens int
+}
+
+// ContextExceeded reports whether the server refused the request because
+// the prompt does not fit its context (llama.cpp's
+// exceed_context_size_error, OpenAI's context_length_exceeded).
+func (e *StatusError) ContextExceeded() bool {
+	return e.Code == http.StatusBadRequest &&
+		(e.Type == "exceed_context_size_error" || e.Type == "context_length_exceeded" ||
+			e.Type == "invalid_request_error" && strings.Contains(e.Message, "context length"))
 }
 
 func (e *StatusError) Error() string {
@@ -162,8 +178,9 @@ func (c *Client) attempt(ctx context.Context, hc *http.Client, url string, body 
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return Completion{}, parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()),
-			&StatusError{Code: resp.StatusCode, Message: errorMessage(data)}
+		se := &StatusError{Code: resp.StatusCode}
+		se.Message, se.Type, se.PromptTokens, se.ContextTokens = errorDetails(data)
+		return Completion{}, parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), se
 	}
 	if stream && strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
 		comp, err = DecodeStream(resp.Body, onTokens, interval)
@@ -177,10 +194,18 @@ func (c *Client) attempt(ctx context.Context, hc *http.Client, url string, body 
 			comp, err = DecodeResponse(data)
 		}
 	}
-	if err != nil && actx.Err() != nil {
+	if err != nil && (actx.Err() != nil || dropped(err)) {
 		return Completion{}, 0, c.transportError(ctx, actx, err, timeout)
 	}
 	return comp, 0, err
+}
+
+// dropped reports whether err is a connection that closed under the
+// exchange: a server killed or restarted while it answered. Nothing of the
+// answer is used, so asking again later is safe.
+func dropped(err error) bool {
+	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
 // transportError classifies a failed exchange: the attempt's timeout, the
@@ -197,30 +222,50 @@ func (c *Client) transportError(ctx, actx context.Context, err error, timeout ti
 	if errors.As(err, &dns) || (errors.As(err, &op) && op.Op == "dial") {
 		return fmt.Errorf("%w: %s: %w", agent.ErrBrainUnavailable, c.BaseURL, err)
 	}
+	if dropped(err) {
+		return fmt.Errorf("%w: %s: the connection closed before the answer was complete: %w", agent.ErrBrainUnavailable, c.BaseURL, err)
+	}
 	return fmt.Errorf("model server %s: %w", c.BaseURL, err)
 }
 
 // errorMessage extracts the message of an error body ({"error": {"message":
 // ...}}, {"error": "..."}), or returns the start of the body.
 func errorMessage(data []byte) string {
+	msg, _, _, _ := errorDetails(data)
+	return msg
+}
+
+// errorDetails is errorMessage with the error's type and, for a prompt over
+// the context, llama.cpp's n_prompt_tokens and n_ctx.
+func errorDetails(data []byte) (msg, typ string, nPrompt, nCtx int) {
 	var obj struct {
 		Error json.RawMessage `json:"error"`
 	}
 	if json.Unmarshal(data, &obj) == nil && len(obj.Error) > 0 {
-		var e apiError
+		var e struct {
+			apiError
+			Code          json.RawMessage `json:"code"`
+			NPromptTokens int             `json:"n_prompt_tokens"`
+			NCtx          int             `json:"n_ctx"`
+		}
 		if json.Unmarshal(obj.Error, &e) == nil && e.Message != "" {
-			return e.Message
+			typ = e.Type
+			var code string
+			if typ == "" || json.Unmarshal(e.Code, &code) == nil && code == "context_length_exceeded" {
+				typ = cmp.Or(code, typ)
+			}
+			return e.Message, typ, e.NPromptTokens, e.NCtx
 		}
 		var s string
 		if json.Unmarshal(obj.Error, &s) == nil && s != "" {
-			return s
+			return s, "", 0, 0
 		}
 	}
 	s := strings.TrimSpace(string(data))
 	if len(s) > 200 {
 		s = s[:200] + "…"
 	}
-	return s
+	return s, "", 0, 0
 }
 
 // parseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.

@@ -98,7 +98,7 @@ func DecodeStream(r io.Reader, onTokens func(int), interval time.Duration) (Comp
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Completion{}, fmt.Errorf("%w: reading the stream: %v", ErrBadResponse, err)
+		return Completion{}, fmt.Errorf("%w: reading the stream: %w", ErrBadResponse, err)
 	}
 	if !done && !sawData {
 		return Completion{}, fmt.Errorf("%w: empty stream", ErrBadResponse)
