@@ -41,6 +41,7 @@ type runFlags struct {
 // metrics and the routes that serve them.
 type coreHooks struct {
 	beforeSave, afterSave func(*agent.Snapshot)
+	onScrub               func(plugin.ScrubReport, error)
 	routes                map[string]http.Handler
 	digest                string // of the frozen blueprint (see blueprint)
 }
@@ -122,6 +123,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		Decider:     unknownDecider(f.daemonChild),
 		BeforeSave:  f.hooks.beforeSave,
 		AfterSave:   f.hooks.afterSave,
+		OnScrub:     f.hooks.onScrub,
 		Version:     version,
 		Log:         log,
 	})
