@@ -66,7 +66,7 @@ func init() {
 }
 
 // runKeys are the configuration keys an agent process takes as flags.
-var runKeys = []string{"data", "store", "design", "mqtt"}
+var runKeys = []string{"data", "store", "scrub_interval", "design", "mqtt"}
 
 // openStore opens the store named by url, or the default bbolt store under
 // dataDir.
