@@ -43,6 +43,7 @@ type runFlags struct {
 // metrics and the routes that serve them.
 type coreHooks struct {
 	beforeSave, afterSave func(*agent.Snapshot)
+	onScrub               func(plugin.ScrubReport, error)
 	routes                map[string]http.Handler
 	digest                string // of the frozen blueprint (see blueprint)
 }
@@ -67,7 +68,7 @@ func init() {
 }
 
 // runKeys are the configuration keys an agent process takes as flags.
-var runKeys = []string{"data", "store", "design", "mqtt"}
+var runKeys = []string{"data", "store", "scrub_interval", "design", "mqtt"}
 
 // openStore opens the store named by url, or the default bbolt store under
 // dataDir.
@@ -128,6 +129,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		Decider:     unknownDecider(f.daemonChild),
 		BeforeSave:  f.hooks.beforeSave,
 		AfterSave:   f.hooks.afterSave,
+		OnScrub:     f.hooks.onScrub,
 		Version:     version,
 		Log:         log,
 	})

@@ -102,6 +102,20 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 			a.Restarts, shortDur(now.Sub(a.Since)), lastErr)
 	}
 	tw.Flush()
+	var damaged []string
+	for _, a := range st.Agents {
+		if a.StoreDamage > 0 {
+			damaged = append(damaged, fmt.Sprintf("  %s: %d damaged parts found, %d rewritten from a good copy (the agent's log names them)",
+				a.ID, a.StoreDamage, a.StoreRepaired))
+		}
+	}
+	if len(damaged) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "store damage found by the scrub (docs/storage-damage.md):")
+		for _, l := range damaged {
+			fmt.Fprintln(w, l)
+		}
+	}
 	if len(st.Interrupted) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "interrupted at boot (snapshot not closed cleanly):")

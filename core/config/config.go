@@ -30,6 +30,11 @@ type Config struct {
 	Sessions  Sessions
 	Update    Update
 	Log       Log
+
+	// ScrubInterval is how often, at most, each agent reads its store's
+	// files back from the disk when idle, and the daemon checks
+	// sessions.db; 0: never.
+	ScrubInterval time.Duration
 }
 
 // Update bounds the trial of a new binary (core/update).
@@ -137,6 +142,7 @@ type Key struct {
 var Keys = []Key{
 	{Name: "data", Env: "OPENSTARRY_DATA", Default: "./data", Doc: "data directory: agent stores, the template cache, run/ (control socket, frozen blueprints)", Flag: "data", field: func(c *Config) any { return &c.Data }},
 	{Name: "store", Env: "OPENSTARRY_STORE", Doc: "snapshot store URL (bbolt://, sqlite://, file://, redis://); empty: bbolt:// under the data directory", Flag: "store", field: func(c *Config) any { return &c.Store }},
+	{Name: "scrub_interval", Env: "OPENSTARRY_SCRUB_INTERVAL", Default: "1h", Doc: "how often, at most, each agent reads its store's files back from the disk to find damage (after 30 seconds without a save), and the daemon checks sessions.db; 0 disables it", Flag: "scrub-interval", Agent: true, field: func(c *Config) any { return &c.ScrubInterval }},
 
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
 	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},

@@ -100,6 +100,9 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 	if spec.Storage == "" && d.cfg.Store != "" {
 		args = append(args, "--store", d.cfg.Store)
 	}
+	// Always, 0 (no scrub) included: the agent's own default is not the
+	// daemon's word.
+	args = append(args, "--scrub-interval", d.cfg.ScrubInterval.String())
 	env := make([]string, 0, len(os.Environ())+8)
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")

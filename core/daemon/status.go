@@ -6,11 +6,14 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
 // The status of the daemon and its agents, as `openstarry status`, GET
@@ -61,12 +64,34 @@ func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 		return
 	}
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
+	d.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
+		fams := metrics.Families(io.LimitReader(body, 4<<20), "openstarry_agent_store_")
+		a.StoreDamage, a.StoreRepaired = counterOf(fams[metrics.StoreDamageTotal]), counterOf(fams[metrics.StoreRepairTotal])
+		return nil
+	})
 	for i := len(s.Memory.History) - 1; i >= 0; i-- {
 		if m := s.Memory.History[i]; m.Role == "assistant" && m.TaskID != "" {
 			a.LastTask, a.LastResult = m.TaskID, clipRunes(m.Content, 200)
 			break
 		}
 	}
+}
+
+// counterOf returns the value of a family of one unlabelled sample, 0
+// without one.
+func counterOf(f *metrics.Family) uint64 {
+	if f == nil || len(f.Lines) != 1 {
+		return 0
+	}
+	fields := strings.Fields(f.Lines[0])
+	if len(fields) < 2 {
+		return 0
+	}
+	v, err := strconv.ParseFloat(fields[1], 64)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return uint64(v)
 }
 
 // clipRunes cuts s to at most n characters, at a character boundary.

@@ -47,6 +47,9 @@ type Options struct {
 	// Decider reaches session continuity's approvals (the daemon's
 	// agents); nil without a daemon.
 	Decider agent.Decider
+	// OnScrub is told the outcome of every scrub of the agent's store
+	// (scrub.go); the daemon's agents count them in their metrics.
+	OnScrub func(plugin.ScrubReport, error)
 	Version string
 	Log     zerolog.Logger
 }
@@ -116,8 +119,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	log.Info().Str("agent", o.AgentID).Str("template", res.Template.Name).Str("template_version", res.Template.Version).
 		Str("store", storeURL).Str("data", cfg.Data).Str("version", o.Version).Msg("starting agent")
+	// Stopped before the store is closed (defers run last first).
+	sc, stopScrub := startScrub(st, o.AgentID, cfg.ScrubInterval, o.OnScrub, log)
+	defer stopScrub()
+	afterSave := o.AfterSave
+	if sc != nil {
+		afterSave = sc.wrap(o.AfterSave)
+	}
 	a := Agent{ID: o.AgentID, Template: res.Template, Vars: res.Vars(), Store: st, DataDir: cfg.Data, Log: log,
-		BeforeSave: o.BeforeSave, AfterSave: o.AfterSave, Decider: o.Decider}
+		BeforeSave: o.BeforeSave, AfterSave: afterSave, Decider: o.Decider}
 	if tr != nil {
 		a.Outbox, a.OnProgress = tr, tr.Progress
 	}

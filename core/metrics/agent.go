@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
 // SaveBuckets are the upper bounds, in seconds, of the save latency
@@ -30,10 +31,42 @@ type Agent struct {
 	now   func() time.Time
 	start time.Time // owned by the runtime goroutine
 
-	mu     sync.Mutex // guards counts, sum, n
+	mu     sync.Mutex // guards counts, sum, n and scrub
 	counts []uint64   // per SaveBuckets bound, not cumulative; the last is +Inf
 	sum    float64
 	n      uint64
+	scrub  scrubCounts
+}
+
+// scrubCounts are the counters of the agent's scrubs of its store.
+type scrubCounts struct {
+	runs, errors, bytes, damage, repaired uint64
+	last                                  float64 // unix seconds of the last scrub that checked, 0: none
+}
+
+// Scrub families, served by Agent.ServeHTTP.
+const (
+	ScrubsTotal      = "openstarry_agent_scrubs_total"
+	ScrubErrorsTotal = "openstarry_agent_scrub_errors_total"
+	ScrubBytesTotal  = "openstarry_agent_scrub_bytes_total"
+	StoreDamageTotal = "openstarry_agent_store_damage_total"
+	StoreRepairTotal = "openstarry_agent_store_repaired_total"
+	ScrubLastTime    = "openstarry_agent_scrub_last_timestamp_seconds"
+)
+
+// ObserveScrub counts one scrub of the agent's store (host's OnScrub).
+func (m *Agent) ObserveScrub(rep plugin.ScrubReport, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.scrub.runs++
+	if err != nil {
+		m.scrub.errors++
+		return
+	}
+	m.scrub.bytes += uint64(rep.Bytes)
+	m.scrub.damage += uint64(len(rep.Damage))
+	m.scrub.repaired += uint64(len(rep.Repaired))
+	m.scrub.last = float64(m.now().UnixMilli()) / 1000
 }
 
 // NewAgent returns an empty Agent; now nil means time.Now.
@@ -65,7 +98,7 @@ func (m *Agent) Observe(d time.Duration) {
 func (m *Agent) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	m.mu.Lock()
 	counts := append([]uint64(nil), m.counts...)
-	sum, n := m.sum, m.n
+	sum, n, sc := m.sum, m.n, m.scrub
 	m.mu.Unlock()
 	var b strings.Builder
 	b.WriteString("# HELP " + SaveDuration + " Duration of the agent's snapshot saves (durable when they return).\n")
@@ -78,6 +111,20 @@ func (m *Agent) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	b.WriteString(Name(SaveDuration+"_bucket", "le", "+Inf") + " " + strconv.FormatUint(n, 10) + "\n")
 	b.WriteString(SaveDuration + "_sum " + strconv.FormatFloat(sum, 'g', -1, 64) + "\n")
 	b.WriteString(SaveDuration + "_count " + strconv.FormatUint(n, 10) + "\n")
+	for _, f := range []struct {
+		name, typ, help string
+		v               float64
+	}{
+		{ScrubsTotal, "counter", "Scrubs of the agent's store (its files read back from the disk).", float64(sc.runs)},
+		{ScrubErrorsTotal, "counter", "Scrubs that could not check the store.", float64(sc.errors)},
+		{ScrubBytesTotal, "counter", "Bytes of the store's files the scrubs read back.", float64(sc.bytes)},
+		{StoreDamageTotal, "counter", "Damaged parts of the store's files the scrubs found.", float64(sc.damage)},
+		{StoreRepairTotal, "counter", "Damaged parts the scrubs rewrote from a good copy.", float64(sc.repaired)},
+		{ScrubLastTime, "gauge", "When the last scrub that checked the store ended (0: none yet).", sc.last},
+	} {
+		b.WriteString("# HELP " + f.name + " " + f.help + "\n# TYPE " + f.name + " " + f.typ + "\n")
+		b.WriteString(f.name + " " + strconv.FormatFloat(f.v, 'g', -1, 64) + "\n")
+	}
 	w.Header().Set("Content-Type", ContentType)
 	_, _ = w.Write([]byte(b.String()))
 }

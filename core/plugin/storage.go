@@ -87,3 +87,21 @@ var DefaultRetention = Retention{MaxTasks: 10000, MaxAgeMs: 7 * 24 * 3600 * 1000
 type Durability interface {
 	Durability() string
 }
+
+// Scrubber is implemented by stores that can check, while the agent runs,
+// what their files hold on the disk: the agent's scrub
+// (docs/storage-damage.md) calls it when the agent is idle, so that damage
+// is found before a restart needs the data. Scrub reads the agent's data
+// once, from the disk rather than the page cache where it can, and rewrites
+// a damaged part from a good copy where one exists. An error means it could
+// not check; damage is in the report.
+type Scrubber interface {
+	Scrub(ctx context.Context, agentID string) (ScrubReport, error)
+}
+
+// ScrubReport is what one Scrub found.
+type ScrubReport struct {
+	Bytes    int64    // bytes checked
+	Damage   []string // each damaged part found, saying where
+	Repaired []string // the parts of Damage rewritten from a good copy
+}

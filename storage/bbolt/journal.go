@@ -317,9 +317,17 @@ func journalPath(dbPath string) string { return filepath.Join(filepath.Dir(dbPat
 // replayed is what readJournal found.
 type replayed struct {
 	recs [][]byte // the operations of the records to replay, in order
-	// lost is the number of good records found past the end of the
-	// replayed ones with numbers above them: Saves lost to damage.
-	lost int
+	// nums is the number of each record of recs when the journal was
+	// damaged between records (resumed is set); nil otherwise, when they
+	// are numbered one after the other from folded+1.
+	nums []uint64
+	// resumed is the number of the first good record found after damage
+	// in the middle of the journal (0: none): the reader resynced there.
+	// lost is then the number of records the damage took: the numbers
+	// missing between the records replayed.
+	resumed uint64
+	lost    uint64
+	after   int // the records replayed from resumed on
 	// end is the offset after the last replayed record.
 	end int64
 	// torn is set when a record with the next number starts at end but
@@ -391,15 +399,30 @@ func readJournal(path string, folded uint64, size int64) (*journal, *replayed, e
 		r.short = int64(len(buf))
 	}
 	// What follows is a record cut short, zeros or older records, unless
-	// the journal was damaged: then good records with higher numbers follow.
+	// the journal was damaged: then good records with higher numbers follow,
+	// and the reader resyncs on them (a record is found by its checksum,
+	// wherever it starts) and replays them too.
+	last := j.next - 1 // the number of the last record replayed
 	for i := off + 1; i <= len(buf)-journalHeader; i++ {
-		if _, n, seq, ok := recordAt(buf, i); ok {
-			r.top = max(r.top, seq)
-			if seq >= j.next {
-				r.lost++
-			}
-			i += n - 1
+		ops, n, seq, ok := recordAt(buf, i)
+		if !ok {
+			continue
 		}
+		r.top = max(r.top, seq)
+		if seq > last {
+			if r.resumed == 0 {
+				r.resumed = seq
+				for k := range r.recs {
+					r.nums = append(r.nums, folded+1+uint64(k))
+				}
+			}
+			r.lost += seq - last - 1
+			r.recs = append(r.recs, ops)
+			r.nums = append(r.nums, seq)
+			r.after++
+			last = seq
+		}
+		i += n - 1
 	}
 	j.off = r.end
 	return j, r, nil

@@ -135,6 +135,11 @@ type agentStore struct {
 	tx *bolt.Tx
 	// jr is the agent's journal, open while db is.
 	jr *journal
+	// resynced is set when the journal replayed was damaged between good
+	// records: the records after the damage were replayed, and Load may
+	// load the newest generation without the list elements that the lost
+	// records held (readGeneration's lenient mode).
+	resynced bool
 	// cache is the generation last saved or loaded: what the next Save
 	// appends to. Nil when unknown (nothing loaded or saved yet since the
 	// file was opened, or the last Save failed), which makes the next Save
@@ -378,6 +383,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 // not hold yet to a new transaction, a.tx (see journal.go). a.mu is held
 // and a.db open, with no transaction.
 func (s *Store) replay(a *agentStore) (err error) {
+	a.resynced = false
 	var folded uint64
 	var foldedErr error
 	if err := view(a.db, func(tx *bolt.Tx) error {
@@ -409,14 +415,19 @@ func (s *Store) replay(a *agentStore) (err error) {
 		s.log.Error().Str("agent", a.id).Str("file", a.path).Err(foldedErr).
 			Msg("the journal's mark in the store is damaged: loading the store without the journal, whose last saves are lost")
 		jr.next, jr.off, r.recs = r.top+1, jr.size, nil
-	case r.lost > 0:
-		// The damaged record's Save and every one after it.
-		lost := r.top - (jr.next - 1)
-		s.log.Error().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).Uint64("lost", lost).
-			Msgf("the journal is damaged at record %d: the last %d saves are lost; loading the agent as it was before the damage", jr.next, lost)
-		// The next record must be numbered above the lost ones, or a
-		// crash could bring them back after it: the next Save commits to
-		// bbolt with that number.
+	case r.resumed > 0:
+		// Damage between good records: the records it hit are lost, those
+		// after it are replayed (each one's puts and deletes hold by
+		// themselves), and Load leaves out of the newest generation the
+		// elements the lost records had added (a.resynced).
+		s.log.Error().Str("agent", a.id).Str("file", jr.path).Uint64("record", jr.next).Uint64("lost", r.lost).
+			Uint64("resumed", r.resumed).Int("replayed", r.after).
+			Msgf("the journal is damaged at record %d: %d saves are lost (records %d to %d); the %d records after the damage are replayed",
+				jr.next, r.lost, jr.next, r.resumed-1, r.after)
+		a.resynced = true
+		// The next record must be numbered above every one in the file, or
+		// a crash could bring a lost one back after it: the next Save
+		// commits to bbolt with that number.
 		jr.next, jr.off = r.top+1, jr.size
 	case r.short > 0:
 		s.log.Warn().Str("agent", a.id).Str("file", jr.path).Int64("size", r.short).Uint64("record", jr.next).
@@ -442,8 +453,12 @@ func (s *Store) replay(a *agentStore) (err error) {
 		return err
 	}
 	for i, ops := range r.recs {
+		num := folded + 1 + uint64(i)
+		if r.nums != nil {
+			num = r.nums[i]
+		}
 		if err := applyOps(a.tx, ops, s.tune.fillPercent); err != nil {
-			return fmt.Errorf("%s: record %d: %v: %w", jr.path, folded+1+uint64(i), err, plugin.ErrCorrupt)
+			return fmt.Errorf("%s: record %d: %v: %w", jr.path, num, err, plugin.ErrCorrupt)
 		}
 	}
 	return nil
@@ -463,6 +478,7 @@ func (s *Store) fold(a *agentStore, tx *bolt.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
+	a.resynced = false
 	if a.jr != nil {
 		a.jr.off = 0
 	}
@@ -1046,6 +1062,21 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 			break
 		}
 		snap, st, err := readGeneration(b, a.id, g[0], g[1])
+		if err != nil && a.resynced {
+			// The journal lost records between good ones: the elements
+			// they added are missing. The generation is loaded without
+			// them; every element loaded checks.
+			var left leftOut
+			if snap, left, err = readPartial(b, a.id, g[0], g[1]); err == nil {
+				s.log.Error().Str("agent", a.id).Uint64("generation", gen).Str("file", a.path).
+					Uint64("tick", snap.TickIndex).Int("history", left.hist).Int("queue", left.queue).
+					Int("outbox", left.outbox).Int("recent", left.recent).
+					Msgf("loaded generation %d without what the damaged journal records held: %d history messages, %d queued events, %d undelivered results, %d recent event ids are lost",
+						gen, left.hist, left.queue, left.outbox, left.recent)
+				// The next Save rewrites every list in full, under fresh keys.
+				st = nil
+			}
+		}
 		if err != nil {
 			skip(gen, err)
 			continue
@@ -1104,6 +1135,82 @@ func readGeneration(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, *s
 		return nil, nil, fmt.Errorf("recent event ids: %w", err)
 	}
 	return snap, st, nil
+}
+
+// leftOut counts, per list, the elements readPartial left out.
+type leftOut struct{ hist, queue, outbox, recent int }
+
+// readPartial decodes one generation like readGeneration, but leaves out
+// of its lists the elements that are missing, fail their checksum or do not
+// decode, and counts them. The record itself must check. It is how Load
+// reads the newest generation after the journal lost records between good
+// ones: the elements those records added are gone, everything else stands.
+func readPartial(b *bolt.Bucket, id string, k, v []byte) (*agent.Snapshot, leftOut, error) {
+	var left leftOut
+	rec, err := decodeRecord(k, v)
+	if err != nil {
+		return nil, left, err
+	}
+	snap := rec.Snap
+	rec.Snap = nil
+	if snap.AgentID != id {
+		return nil, left, fmt.Errorf("record of agent %q", snap.AgentID)
+	}
+	left.hist = readPartialJSON(b, prefixHistory, rec.History, &snap.Memory.ShortTermHistory)
+	left.queue = readPartialJSON(b, prefixQueue, rec.Queue, &snap.EventQueueBackup)
+	if rec.inBody {
+		return snap, left, nil
+	}
+	left.outbox = readPartialJSON(b, prefixOutbox, rec.Outbox, &snap.Outbox)
+	if !rec.Recent.Nil {
+		snap.RecentEventIDs = make([]string, 0, min(rec.Recent.Count, 1<<16))
+	}
+	left.recent = readPartialList(b, prefixRecent, rec.Recent, func(p []byte) error {
+		snap.RecentEventIDs = append(snap.RecentEventIDs, string(p))
+		return nil
+	})
+	return snap, left, nil
+}
+
+// readPartialJSON is readJSONList for readPartial: it returns the number
+// of elements left out.
+func readPartialJSON[T any](b *bolt.Bucket, prefix byte, r listRange, list *[]T) int {
+	if !r.Nil {
+		*list = make([]T, 0, min(r.Count, 1<<16))
+	}
+	return readPartialList(b, prefix, r, func(p []byte) error {
+		var e T
+		if err := json.Unmarshal(p, &e); err != nil {
+			return err
+		}
+		*list = append(*list, e)
+		return nil
+	})
+}
+
+// readPartialList decodes, in order, the elements of r that are stored and
+// check, and returns the number of the others.
+func readPartialList(b *bolt.Bucket, prefix byte, r listRange, dec func(p []byte) error) int {
+	got := uint64(0)
+	c := b.Cursor()
+	for k, v := c.Seek(key(prefix, r.Start)); k != nil; k, v = c.Next() {
+		if k[0] != prefix {
+			break
+		}
+		n, ok := keyNum(prefix, k)
+		if !ok {
+			continue // a damaged key
+		}
+		if n >= r.end() {
+			break
+		}
+		p, err := openFrame(k, v)
+		if err != nil || dec(p) != nil {
+			continue
+		}
+		got++
+	}
+	return int(r.Count - got)
 }
 
 // readJSONList reads the list r of JSON elements into *list (nil when the

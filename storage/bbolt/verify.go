@@ -102,7 +102,12 @@ type fileCheck struct {
 
 // checkFile checks the bbolt file at path as described above. An error
 // means bbolt must not open the file; it names what is wrong.
-func checkFile(path string) (*fileCheck, error) {
+func checkFile(path string) (*fileCheck, error) { return checkFileValues(path, nil) }
+
+// checkFileValues is checkFile that also hands every value of the file (a
+// leaf element that is not a bucket) to frame, with the page it lies in;
+// frame nil: none. The scrub checks each value's frame with it.
+func checkFileValues(path string, frame func(where fmt.Stringer, k, v []byte)) (*fileCheck, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -168,7 +173,7 @@ func checkFile(path string) (*fileCheck, error) {
 	case use.freelist != noFreelist && (use.freelist < 2 || use.freelist >= use.pgid):
 		return nil, fmt.Errorf("the freelist page %d is outside the file's %d pages", use.freelist, use.pgid)
 	}
-	w := &walker{f: f, ps: int(ps), hwm: use.pgid, seen: map[uint64]bool{}}
+	w := &walker{f: f, ps: int(ps), hwm: use.pgid, seen: map[uint64]bool{}, frame: frame}
 	if used := use.pgid * ps; used <= wholeRead {
 		// One read instead of one a page: the check is bound by system
 		// calls, not by the bytes.
@@ -211,6 +216,8 @@ type walker struct {
 	ps   int
 	hwm  uint64 // pages in use: every page id is below it
 	seen map[uint64]bool
+	// frame, when set, is given every value that is not a bucket.
+	frame func(where fmt.Stringer, k, v []byte)
 }
 
 // read returns n bytes of the file from off.
@@ -337,6 +344,8 @@ func (w *walker) node(p []byte, name fmt.Stringer, lo, hi []byte, depth int) err
 		keys = append(keys, k)
 		if flags == flagLeaf && ne.Uint32(e[0:])&bucketFlag != 0 {
 			children = append(children, p[start+ksize:start+ksize+vsize])
+		} else if flags == flagLeaf && w.frame != nil {
+			w.frame(name, k, p[start+ksize:start+ksize+vsize])
 		}
 	}
 	if flags == flagBranch {

@@ -30,6 +30,9 @@ type AgentTelemetry struct {
 	State    string `json:"state"`
 	Restarts int    `json:"restarts"`
 	Tick     uint64 `json:"tick,omitempty"`
+	// StoreDamage counts the damaged parts of the agent's store its scrubs
+	// found since it started (docs/storage-damage.md).
+	StoreDamage uint64 `json:"store_damage,omitempty"`
 }
 
 // TelemetryTopic is where a device's telemetry is retained.

@@ -112,6 +112,11 @@ type AgentInfo struct {
 	// its first 200 characters.
 	LastTask   string `json:"last_task,omitempty"`
 	LastResult string `json:"last_result,omitempty"`
+	// From the agent's metrics: the damaged parts of its store's files its
+	// scrubs found since it started, and those rewritten from a good copy
+	// (docs/storage-damage.md).
+	StoreDamage   uint64 `json:"store_damage,omitempty"`
+	StoreRepaired uint64 `json:"store_repaired,omitempty"`
 }
 
 // Interruption is an agent whose snapshot was not closed cleanly when the
