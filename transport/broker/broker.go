@@ -95,6 +95,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	caps.MaximumInflight = math.MaxUint16              // per client, beyond it mochi drops
 	caps.ReceiveMaximum = math.MaxUint16               // a fast v3 publisher is not disconnected
 	caps.MaximumClientWritesPending = 64 * 1024
+	// An acknowledgement carries no property of the packet it answers:
+	// mochi copies the PUBLISH's (user properties, content type) into its
+	// PUBACK by default, which no other broker does (Mosquitto sends none).
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	bridge := NewSlogHandler(log)
 	bridge.Demote = demote
 	srv := mqtt.New(&mqtt.Options{
