@@ -67,7 +67,7 @@ func (l *Net) Serve(establish EstablishFn) {
 			go func() {
 				err = establish(l.id, conn)
 				if err != nil {
-					l.log.Warn("", "error", err)
+					l.log.Warn("", "error", err, "remote", conn.RemoteAddr().String()) // OPENSTARRY: who
 				}
 			}()
 		}
