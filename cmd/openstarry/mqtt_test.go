@@ -366,6 +366,7 @@ func exitRun(t *testing.T, timeout time.Duration, args ...string) (int, string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	checkDefaultPorts(t, os.Environ(), args)
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
 	var stdout, stderr bytes.Buffer
