@@ -145,7 +145,7 @@ func Run(m *testing.M) int {
 	g := Start()
 	code := m.Run()
 	if hits := g.Stop(); len(hits) > 0 {
-		fmt.Fprintf(os.Stderr, "FAIL: portguard: %d connections to a default port (%s) during the tests; a test must use a free port (127.0.0.1:0, --broker-listen 127.0.0.1:0, --no-mqtt):\n", len(hits), strings.Join(Ports, ", "))
+		fmt.Fprintf(os.Stderr, "FAIL: portguard: a default port (%s) was dialed %d times during the tests; a test must use a free port (127.0.0.1:0, --broker-listen 127.0.0.1:0, --no-mqtt):\n", strings.Join(Ports, ", "), len(hits))
 		for _, h := range hits {
 			fmt.Fprintf(os.Stderr, "  %s from %s: %s\n", h.Port, h.Remote, orUnknown(h.Process))
 		}
