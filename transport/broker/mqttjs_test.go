@@ -66,8 +66,9 @@ func runMQTTJS(t *testing.T, node, dir, url string) {
 
 // TestMQTTJS checks every MQTT 5 packet the broker sends for the features
 // OpenStarry uses (CONNECT with session expiry, QoS 1 PUBLISH with
-// properties and its PUBACK, SUBSCRIBE plain and $share, retained
-// messages, wills, a persistent session's queued message) with mqtt.js, a
+// properties and its PUBACK, SUBSCRIBE plain and $share, UNSUBSCRIBE,
+// retained messages, wills, a session taken over by a second connection,
+// a persistent session's queued message) with mqtt.js, a
 // client of another implementation, which refuses a malformed packet or a
 // reason code its packet may not carry. The same checks run against
 // Mosquitto, the reference: a check that Mosquitto fails is a wrong check.

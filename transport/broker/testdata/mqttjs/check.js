@@ -128,6 +128,35 @@ async function main() {
   check(wm.payload.toString() === '{"state":"offline"}', 'will: payload ' + wm.payload.toString());
   check(JSON.stringify(wm.properties && wm.properties.userProperties) === JSON.stringify(userProps), 'will: user properties lost');
 
+  // UNSUBSCRIBE (an agent leaving the fleet group): UNSUBACK success.
+  const unsub = await late.unsubscribeAsync(topic('status'));
+  const unsuback = late.seen.filter((pk) => pk.cmd === 'unsuback').pop();
+  check(unsuback !== undefined, 'unsubscribe: no UNSUBACK');
+  if (unsuback) {
+    // mqtt.js puts an UNSUBACK's reason codes in granted.
+    const codes = unsuback.granted || [];
+    check(codes.length === 1 && codes[0] === 0, 'unsubscribe: UNSUBACK reason codes ' + JSON.stringify(codes) + ', want [0] (success)');
+  }
+  void unsub;
+
+  // A second connection with the same client id takes the session over:
+  // the first connection is closed, after a DISCONNECT 0x8E (session taken
+  // over) if the broker sends one ([MQTT-3.1.4-3]; Mosquitto 2.0 does not).
+  const takeID = 'mqttjs-take-' + run;
+  const { c: first } = await connect('first', { clientId: takeID, clean: false, properties: { sessionExpiryInterval: 60 } });
+  first.removeAllListeners('error');
+  first.on('error', () => {});
+  const closed = new Promise((resolve) => first.once('close', () => resolve(true)));
+  const { c: second, connack: c2 } = await connect('second', { clientId: takeID, clean: false, properties: { sessionExpiryInterval: 60 } });
+  check(c2.sessionPresent === true, 'takeover: CONNACK says no session present');
+  const wasClosed = await Promise.race([closed, new Promise((resolve) => setTimeout(() => resolve(false), 20000))]);
+  check(wasClosed, 'takeover: the first connection is still open');
+  for (const d of first.seen.filter((pk) => pk.cmd === 'disconnect')) {
+    check(d.reasonCode === 0x8e, 'takeover: DISCONNECT reason code ' + d.reasonCode + ', want 0x8e (session taken over)');
+  }
+  first.end(true);
+  await second.endAsync(false, { properties: { sessionExpiryInterval: 0 } });
+
   // The persistent session keeps a message published while it is away.
   await sub.endAsync();
   const qpk = await pub.publishAsync(topic('direct'), '{"n":2}', { qos: 1, properties: { userProperties: userProps } });
