@@ -22,7 +22,8 @@ import (
 // authenticated, may not exceed MaxConnectBytes; a connection that has not
 // sent its CONNECT within ConnectTimeout is closed; beyond MaxConnections
 // open connections a new one is closed at once; and the retained messages
-// (topic and payload) hold at most MaxRetainedBytes.
+// (topic and payload) hold at most MaxRetainedBytes. An eighth of the
+// connections is kept for loopback clients (the device's own processes).
 const (
 	// DefaultMaxPacketBytes bounds one MQTT packet: four times the
 	// default largest task (limits.max_task_bytes, 256 KiB).
@@ -63,10 +64,10 @@ func (l *boundListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		if l.open.Add(1) > l.maxConns {
+		if limit := l.limit(c.RemoteAddr()); l.open.Add(1) > limit {
 			l.open.Add(-1)
 			_ = c.Close()
-			l.refuse(c.RemoteAddr())
+			l.refuse(c.RemoteAddr(), limit)
 			continue
 		}
 		_ = c.SetReadDeadline(time.Now().Add(l.timeout))
@@ -74,10 +75,21 @@ func (l *boundListener) Accept() (net.Conn, error) {
 	}
 }
 
+// limit is the open connections beyond which one from remote is refused:
+// maxConns for the device's own processes (loopback), an eighth less (at
+// least one) for the network, so that a flood from the network leaves the
+// device's agents room to connect.
+func (l *boundListener) limit(remote net.Addr) int64 {
+	if a, ok := remote.(*net.TCPAddr); ok && a.IP.IsLoopback() || l.maxConns < 2 {
+		return l.maxConns
+	}
+	return l.maxConns - max(1, l.maxConns/8)
+}
+
 // refuse logs a refused connection, at most one line a second (with the
 // count of those refused since the previous line), so that a flood does
 // not flood the log too.
-func (l *boundListener) refuse(remote net.Addr) {
+func (l *boundListener) refuse(remote net.Addr, limit int64) {
 	n := l.refused.Add(1)
 	now := time.Now().UnixNano()
 	last := l.logged.Load()
@@ -86,7 +98,7 @@ func (l *boundListener) refuse(remote net.Addr) {
 	}
 	l.refused.Add(-n)
 	l.log.Warn().Str("remote", remote.String()).Int64("open", l.open.Load()).Int64("refused", n).
-		Msgf("embedded broker: connection refused: %d connections are open, the maximum (mqtt.broker_max_connections)", l.maxConns)
+		Msgf("embedded broker: connection refused: %d connections are open, the maximum for this client (mqtt.broker_max_connections is %d; an eighth of it is kept for loopback clients)", limit, l.maxConns)
 }
 
 // boundConn is an accepted connection under its CONNECT deadline until

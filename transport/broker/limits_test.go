@@ -284,7 +284,7 @@ func TestMaxConnections(t *testing.T) {
 		t.Fatalf("connection %d of a broker capped at %d was accepted", max+1, max)
 	}
 	wait.For(t, 10*time.Second, "the refusal's log line", func() bool {
-		return len(lb.Lines("warn", "connection refused: 8 connections are open, the maximum (mqtt.broker_max_connections)")) > 0
+		return len(lb.Lines("warn", "connection refused: 8 connections are open, the maximum for this client (mqtt.broker_max_connections is 8")) > 0
 	})
 	conns[0].Close()
 	wait.Until(t, 30*time.Second, "a connection once one closed", func() error {
@@ -460,5 +460,30 @@ func TestMaxRetained(t *testing.T) {
 	publish(pub.client, "ret/c", 200)
 	if got := retainedTopics(t, b.URL(), "ret/#"); len(got) != 2 || got["ret/b"] != 600 || got["ret/c"] != 200 {
 		t.Fatalf("retained %v, want ret/b and ret/c", got)
+	}
+}
+
+// TestConnectionLimit: loopback clients may use every connection; clients
+// from the network leave an eighth (at least one) to them.
+func TestConnectionLimit(t *testing.T) {
+	lo := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1}
+	lo6 := &net.TCPAddr{IP: net.IPv6loopback, Port: 1}
+	lan := &net.TCPAddr{IP: net.IPv4(192, 0, 2, 7), Port: 1}
+	for _, tc := range []struct {
+		max    int64
+		remote net.Addr
+		want   int64
+	}{
+		{256, lo, 256},
+		{256, lo6, 256},
+		{256, lan, 224},
+		{8, lan, 7},
+		{2, lan, 1},
+		{1, lan, 1},
+	} {
+		l := &boundListener{maxConns: tc.max}
+		if got := l.limit(tc.remote); got != tc.want {
+			t.Errorf("max %d, %s: limit %d, want %d", tc.max, tc.remote, got, tc.want)
+		}
 	}
 }
