@@ -17,7 +17,7 @@ import (
 // with SIGTERM.
 func runTasks(t *testing.T, data, agentID string, n int) {
 	t.Helper()
-	c := startChild(t, true, "run", "--agent", agentID, "--data", data, "--listen", "127.0.0.1:0")
+	c := startChild(t, true, "run", "--agent", agentID, "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
 	base := c.url()
 	for i := 0; i < n; i++ {
 		id := "t" + string(rune('a'+i))
@@ -41,7 +41,7 @@ func TestCorruptLatestGeneration(t *testing.T) {
 	if _, err := bolttest.FlipGenerations(path, true); err != nil {
 		t.Fatal(err)
 	}
-	c := startChild(t, true, "run", "--agent", "c1", "--data", data, "--listen", "127.0.0.1:0")
+	c := startChild(t, true, "run", "--agent", "c1", "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
 	c.url()
 	logs := c.logs()
 	if !strings.Contains(logs, "skipping a corrupt snapshot generation") {
@@ -72,7 +72,7 @@ func TestGarbageStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{
-		{"run", "--agent", "g1", "--data", data, "--listen", "127.0.0.1:0"},
+		{"run", "--agent", "g1", "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt"},
 		{"snapshot", "show", "--agent", "g1", "--data", data},
 	} {
 		c := startChild(t, false, args...)

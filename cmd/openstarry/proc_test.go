@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/portguard"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -47,9 +48,48 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "building openstarry: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	code := m.Run()
+	// No test may dial 127.0.0.1:1883 or :7777, where a user's `make run`
+	// listens (issue #30): the guard holds them while the tests run and
+	// fails the binary, naming the process, if anything connects.
+	code := portguard.Run(m)
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+// checkDefaultPorts fails the test when args start `openstarry run` without
+// saying where its MQTT and HTTP go: by default it dials (or serves)
+// 127.0.0.1:1883 and listens on 127.0.0.1:7777, where a user's `make run`
+// is (issue #30: the corruption tests' agents joined it as its device).
+// The portguard catches such a dial only when it holds the port; this
+// catches the command itself.
+func checkDefaultPorts(t testing.TB, env []string, args []string) {
+	t.Helper()
+	if len(args) == 0 || args[0] != "run" {
+		return
+	}
+	has := func(flags ...string) bool {
+		for _, a := range args[1:] {
+			for _, f := range flags {
+				if a == f || strings.HasPrefix(a, f+"=") {
+					return true
+				}
+			}
+		}
+		for _, e := range env {
+			for _, f := range flags {
+				if name := "OPENSTARRY_" + strings.ToUpper(strings.ReplaceAll(strings.TrimPrefix(f, "--"), "-", "_")); strings.HasPrefix(e, name+"=") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	if !has("--no-mqtt", "--broker", "--broker-listen") {
+		t.Fatalf("openstarry %s: no --no-mqtt, --broker or --broker-listen: the agent would use 127.0.0.1:1883, a user's broker", strings.Join(args, " "))
+	}
+	if !has("--listen") {
+		t.Fatalf("openstarry %s: no --listen: the agent would listen on 127.0.0.1:7777", strings.Join(args, " "))
+	}
 }
 
 // child is one running openstarry process whose log is captured.
@@ -78,6 +118,9 @@ func startChildCmd(t testing.TB, cmd *exec.Cmd) *child {
 	t.Helper()
 	c := &child{t: t, addr: make(chan string, 1), done: make(chan struct{})}
 	c.cmd = cmd
+	if len(cmd.Args) > 0 && cmd.Path == binPath {
+		checkDefaultPorts(t, append(os.Environ(), cmd.Env...), cmd.Args[1:])
+	}
 	c.cmd.Env = append(os.Environ(), "OPENSTARRY_LOG_FORMAT=json")
 	stderr, err := c.cmd.StderrPipe()
 	if err != nil {

@@ -80,10 +80,15 @@ type MQTT struct {
 	Broker       string // hub URL; "" = the embedded broker
 	BrokerListen string // embedded broker address
 	BrokerUsers  string // embedded broker users file
-	Device       string // "" = the host name
-	TopicPrefix  string
-	FleetGroup   string
-	NoFleet      bool
+	// The embedded broker's bounds (transport/broker, limits.go).
+	BrokerMaxPacketBytes   int
+	BrokerConnectTimeout   time.Duration
+	BrokerMaxConnections   int
+	BrokerMaxRetainedBytes int
+	Device                 string // "" = the host name
+	TopicPrefix            string
+	FleetGroup             string
+	NoFleet                bool
 	// FleetWorkers lets agents of worker templates take fleet tasks too;
 	// by default only masters do.
 	FleetWorkers bool
@@ -158,6 +163,10 @@ var Keys = []Key{
 	{Name: "mqtt.broker", Env: "OPENSTARRY_BROKER", Doc: "hub broker URL (tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]); empty: the embedded broker, started by the daemon (or by run)", Flag: "broker", Agent: true, field: func(c *Config) any { return &c.MQTT.Broker }},
 	{Name: "mqtt.broker_listen", Env: "OPENSTARRY_BROKER_LISTEN", Default: "127.0.0.1:1883", Doc: "address of the embedded broker (when mqtt.broker is empty); port 0 picks a free one; when the default address is taken, the broker already listening there is used", Flag: "broker-listen", field: func(c *Config) any { return &c.MQTT.BrokerListen }},
 	{Name: "mqtt.broker_users", Env: "OPENSTARRY_BROKER_USERS", Doc: "JSON users file of the embedded broker (hashed passwords, device ACLs); without it only loopback clients connect", Flag: "broker-users", field: func(c *Config) any { return &c.MQTT.BrokerUsers }},
+	{Name: "mqtt.broker_max_packet_bytes", Env: "OPENSTARRY_BROKER_MAX_PACKET_BYTES", Default: "1048576", Doc: "largest MQTT packet the embedded broker accepts (at most 268435460); a larger one is refused as its length is read and its client disconnected; keep it above the templates' limits.max_task_bytes and the largest result", Flag: "broker-max-packet-bytes", field: func(c *Config) any { return &c.MQTT.BrokerMaxPacketBytes }},
+	{Name: "mqtt.broker_connect_timeout", Env: "OPENSTARRY_BROKER_CONNECT_TIMEOUT", Default: "10s", Doc: "how long a connection to the embedded broker may take to send its CONNECT before it is closed", Flag: "broker-connect-timeout", field: func(c *Config) any { return &c.MQTT.BrokerConnectTimeout }},
+	{Name: "mqtt.broker_max_connections", Env: "OPENSTARRY_BROKER_MAX_CONNECTIONS", Default: "256", Doc: "open connections the embedded broker keeps (with or without their CONNECT); one more is closed at once", Flag: "broker-max-connections", field: func(c *Config) any { return &c.MQTT.BrokerMaxConnections }},
+	{Name: "mqtt.broker_max_retained_bytes", Env: "OPENSTARRY_BROKER_MAX_RETAINED_BYTES", Default: "67108864", Doc: "bytes (topics and payloads) of the retained messages the embedded broker keeps; a retained message beyond it is refused", Flag: "broker-max-retained-bytes", field: func(c *Config) any { return &c.MQTT.BrokerMaxRetainedBytes }},
 	{Name: "mqtt.device", Env: "OPENSTARRY_DEVICE", Doc: "device id in the topics; empty: the host name", Flag: "device", Agent: true, field: func(c *Config) any { return &c.MQTT.Device }},
 	{Name: "mqtt.topic_prefix", Env: "OPENSTARRY_MQTT_TOPIC_PREFIX", Default: "openstarry", Doc: "first level of every topic", Flag: "topic-prefix", Agent: true, field: func(c *Config) any { return &c.MQTT.TopicPrefix }},
 	{Name: "mqtt.fleet_group", Env: "OPENSTARRY_MQTT_FLEET_GROUP", Default: "openstarry", Doc: "shared-subscription group of the fleet task topic (the master takes fleet tasks, workers never do)", Flag: "fleet-group", Agent: true, field: func(c *Config) any { return &c.MQTT.FleetGroup }},
@@ -517,6 +526,7 @@ func (c *Config) Validate() error {
 		{"supervise.ready_timeout", c.Supervise.ReadyTimeout},
 		{"sessions.checkpoint_interval", c.Sessions.CheckpointInterval},
 		{"update.trial_timeout", c.Update.TrialTimeout},
+		{"mqtt.broker_connect_timeout", c.MQTT.BrokerConnectTimeout},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive")
@@ -546,6 +556,21 @@ func (c *Config) Validate() error {
 	case "", "json", "console":
 	default:
 		bad("log.format", "%q: want json or console", c.Log.Format)
+	}
+	for _, n := range []struct {
+		key string
+		v   int
+	}{
+		{"mqtt.broker_max_packet_bytes", c.MQTT.BrokerMaxPacketBytes},
+		{"mqtt.broker_max_connections", c.MQTT.BrokerMaxConnections},
+		{"mqtt.broker_max_retained_bytes", c.MQTT.BrokerMaxRetainedBytes},
+	} {
+		if n.v <= 0 {
+			bad(n.key, "must be positive")
+		}
+	}
+	if c.MQTT.BrokerMaxPacketBytes > 268435460 {
+		bad("mqtt.broker_max_packet_bytes", "%d is more than MQTT's largest packet, 268435460", c.MQTT.BrokerMaxPacketBytes)
 	}
 	if c.MQTT.Broker != "" && (c.MQTT.BrokerUsers != "") {
 		bad("mqtt.broker_users", "configures the embedded broker; it cannot be used with mqtt.broker")

@@ -150,6 +150,11 @@ func TestValidate(t *testing.T) {
 		{"log.level", "loud", "want trace"},
 		{"log.format", "xml", "want json"},
 		{"mqtt.cert", "c.pem", "need mqtt.broker"},
+		{"mqtt.broker_max_packet_bytes", "0", "must be positive"},
+		{"mqtt.broker_max_packet_bytes", "268435461", "MQTT's largest packet"},
+		{"mqtt.broker_connect_timeout", "0s", "must be positive"},
+		{"mqtt.broker_max_connections", "-1", "must be positive"},
+		{"mqtt.broker_max_retained_bytes", "0", "must be positive"},
 	} {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
 			c := Default()

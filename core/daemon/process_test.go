@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
+	"github.com/openstarry/openstarry-edge/internal/portguard"
 )
 
 // TestMain doubles as the fake agent process of the ExecLauncher tests.
@@ -22,7 +23,7 @@ func TestMain(m *testing.M) {
 		helper(mode)
 		return
 	}
-	os.Exit(m.Run())
+	os.Exit(portguard.Run(m)) // no test dials 127.0.0.1:1883 or :7777
 }
 
 func helper(mode string) {

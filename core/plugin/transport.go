@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -27,6 +28,13 @@ type BrokerConfig struct {
 	DataDir     string
 	TopicPrefix string
 	Log         zerolog.Logger
+	// The broker's bounds (mqtt.broker_max_packet_bytes,
+	// mqtt.broker_connect_timeout, mqtt.broker_max_connections,
+	// mqtt.broker_max_retained_bytes); zero: the broker's default.
+	MaxPacketBytes   int
+	ConnectTimeout   time.Duration
+	MaxConnections   int
+	MaxRetainedBytes int64
 }
 
 // Broker is the embedded MQTT broker of a device with no hub.

@@ -453,8 +453,10 @@ func (cl *Client) ReadFixedHeader(fh *packets.FixedHeader) error {
 		return err
 	}
 
-	if cl.ops.options.Capabilities.MaximumPacketSize > 0 && uint32(fh.Remaining+1) > cl.ops.options.Capabilities.MaximumPacketSize {
-		return packets.ErrPacketTooLarge // [MQTT-3.2.2-15]
+	if max := cl.ops.options.Capabilities.MaximumPacketSize; max > 0 && uint64(fh.Remaining)+1 > uint64(max) {
+		// OPENSTARRY: the sizes in the error (and uint64: a remaining
+		// length near 2^32 no longer wraps the comparison).
+		return fmt.Errorf("%w: %d bytes, the maximum is %d", packets.ErrPacketTooLarge, fh.Remaining+1, max) // [MQTT-3.2.2-15]
 	}
 
 	atomic.AddInt64(&cl.ops.info.BytesReceived, int64(bu+1))

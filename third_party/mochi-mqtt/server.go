@@ -50,6 +50,7 @@ type Capabilities struct {
 	MaximumClientWritesPending   int32           `yaml:"maximum_client_writes_pending" json:"maximum_client_writes_pending"`     // maximum number of pending message writes for a client
 	MaximumSessionExpiryInterval uint32          `yaml:"maximum_session_expiry_interval" json:"maximum_session_expiry_interval"` // maximum number of seconds to keep disconnected sessions
 	MaximumPacketSize            uint32          `yaml:"maximum_packet_size" json:"maximum_packet_size"`                         // maximum packet size, no limit if 0
+	MaximumConnectPacketSize     uint32          `yaml:"maximum_connect_packet_size" json:"maximum_connect_packet_size"`         // OPENSTARRY: maximum size of a CONNECT, no limit if 0
 	maximumPacketID              uint32          // unexported, used for testing only
 	ReceiveMaximum               uint16          `yaml:"receive_maximum" json:"receive_maximum"`                   // maximum number of concurrent qos messages per client
 	MaximumInflight              uint16          `yaml:"maximum_inflight" json:"maximum_inflight"`                 // maximum number of qos > 0 messages can be stored, 0(=8192)-65535
@@ -507,6 +508,12 @@ func (s *Server) readConnectionPacket(cl *Client) (pk packets.Packet, err error)
 		return pk, packets.ErrProtocolViolationRequireFirstConnect // [MQTT-3.1.0-1]
 	}
 
+	// OPENSTARRY: a CONNECT, read before anyone is authenticated, is
+	// refused beyond MaximumConnectPacketSize before its body is read.
+	if max := s.Options.Capabilities.MaximumConnectPacketSize; max > 0 && uint64(fh.Remaining)+1 > uint64(max) {
+		return pk, fmt.Errorf("%w: CONNECT of %d bytes, the maximum is %d", packets.ErrPacketTooLarge, fh.Remaining+1, max)
+	}
+
 	pk, err = cl.ReadPacket(fh)
 	if err != nil {
 		return
@@ -639,6 +646,12 @@ func (s *Server) SendConnack(cl *Client, reason packets.Code, present bool, prop
 	if s.Options.Capabilities.MaximumQos < 2 {
 		properties.MaximumQos = s.Options.Capabilities.MaximumQos // [MQTT-3.2.2-9]
 		properties.MaximumQosFlag = true
+	}
+
+	// OPENSTARRY: an MQTT 5 client learns the maximum packet size, so that
+	// it does not send a packet the server will refuse [MQTT-3.2.2-15].
+	if s.Options.Capabilities.MaximumPacketSize > 0 {
+		properties.MaximumPacketSize = s.Options.Capabilities.MaximumPacketSize
 	}
 
 	if cl.Properties.Props.AssignedClientID != "" {
@@ -939,7 +952,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	}
 
 	cl.State.Inflight.DecreaseReceiveQuota()
-	ack := s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, packets.QosCodes[pk.FixedHeader.Qos]) // [MQTT-4.3.2-4]
+	ack := s.buildAck(pk.PacketID, packets.Puback, 0, pk.Properties, packets.CodeSuccess) // [MQTT-4.3.2-4] OPENSTARRY: was QosCodes[Qos], 0x01 for QoS 1, a SUBACK code (mochi-mqtt/server#474)
 	if pk.FixedHeader.Qos == 2 {
 		ack = s.buildAck(pk.PacketID, packets.Pubrec, 0, pk.Properties, packets.CodeSuccess) // [MQTT-3.3.4-1] [MQTT-4.3.3-8]
 	}

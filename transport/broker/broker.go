@@ -53,6 +53,49 @@ type Config struct {
 	// subscribers to acknowledge the message before the broker stores it
 	// (with DataDir set), default DefaultAckHold.
 	AckHold time.Duration
+
+	// The bounds (limits.go); zero is the default of each.
+	//
+	// MaxPacketBytes is the largest packet accepted, default
+	// DefaultMaxPacketBytes (at most MaxPacketLimit); a larger one is
+	// refused once its length is read, and its client disconnected.
+	MaxPacketBytes int
+	// ConnectTimeout is how long a connection may take to send its
+	// CONNECT, default DefaultConnectTimeout.
+	ConnectTimeout time.Duration
+	// MaxConnections bounds the open connections, default
+	// DefaultMaxConnections; one more is closed at once.
+	MaxConnections int
+	// MaxRetainedBytes bounds the retained messages (topics and
+	// payloads), default DefaultMaxRetainedBytes.
+	MaxRetainedBytes int64
+}
+
+// withDefaults fills in the zero fields.
+func (cfg Config) withDefaults() Config {
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.TopicPrefix == "" {
+		cfg.TopicPrefix = "openstarry"
+	}
+	if cfg.AckHold <= 0 {
+		cfg.AckHold = DefaultAckHold
+	}
+	if cfg.MaxPacketBytes <= 0 {
+		cfg.MaxPacketBytes = DefaultMaxPacketBytes
+	}
+	cfg.MaxPacketBytes = min(cfg.MaxPacketBytes, MaxPacketLimit)
+	if cfg.ConnectTimeout <= 0 {
+		cfg.ConnectTimeout = DefaultConnectTimeout
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections
+	}
+	if cfg.MaxRetainedBytes <= 0 {
+		cfg.MaxRetainedBytes = DefaultMaxRetainedBytes
+	}
+	return cfg
 }
 
 // Broker is a running embedded broker.
@@ -67,15 +110,7 @@ type Broker struct {
 // Start binds the listener, loads the persisted sessions and serves. The
 // broker runs until Close.
 func Start(ctx context.Context, cfg Config) (*Broker, error) {
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
-	}
-	if cfg.TopicPrefix == "" {
-		cfg.TopicPrefix = "openstarry"
-	}
-	if cfg.AckHold <= 0 {
-		cfg.AckHold = DefaultAckHold
-	}
+	cfg = cfg.withDefaults()
 	log := cfg.Log.With().Str("component", "broker").Logger()
 	auth, err := newAuthHook(cfg.Users, cfg.TopicPrefix)
 	if err != nil {
@@ -95,6 +130,12 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	caps.MaximumInflight = math.MaxUint16              // per client, beyond it mochi drops
 	caps.ReceiveMaximum = math.MaxUint16               // a fast v3 publisher is not disconnected
 	caps.MaximumClientWritesPending = 64 * 1024
+	caps.MaximumPacketSize = uint32(cfg.MaxPacketBytes)
+	caps.MaximumConnectPacketSize = uint32(min(cfg.MaxPacketBytes, MaxConnectBytes))
+	// An acknowledgement carries no property of the packet it answers:
+	// mochi copies the PUBLISH's (user properties, content type) into its
+	// PUBACK by default, which no other broker does (Mosquitto sends none).
+	caps.Compatibilities.NoInheritedPropertiesOnAck = true
 	bridge := NewSlogHandler(log)
 	bridge.Demote = demote
 	srv := mqtt.New(&mqtt.Options{
@@ -104,6 +145,10 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	})
 	b := &Broker{srv: srv, ln: ln, log: log}
 	if err := srv.AddHook(auth, nil); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("embedded broker: %w", err)
+	}
+	if err := srv.AddHook(newLimitsHook(srv, log, cfg.MaxRetainedBytes, cfg.MaxPacketBytes), nil); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
@@ -128,7 +173,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", gateListener{ln}), srv: srv}); err != nil {
+	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", gateListener{&boundListener{Listener: ln,
+		maxConns: int64(cfg.MaxConnections), timeout: cfg.ConnectTimeout, log: log}}), srv: srv}); err != nil {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
@@ -197,8 +243,10 @@ func (l *netListener) Close(listeners.CloseFn) {
 
 // demote lowers to debug mochi's start and stop chatter (hooks added,
 // listener attached), a client connection that ended (EOF, closed at
-// shutdown), and the error its bbolt hook logs for a store that holds no
-// server info yet (a fresh broker.db), which is no error.
+// shutdown), the error its bbolt hook logs for a store that holds no
+// server info yet (a fresh broker.db), which is no error, and its error
+// line (with the whole packet) for a retained message refused, which
+// limitsHook logs.
 func demote(r slog.Record) bool {
 	if r.Level < slog.LevelWarn {
 		return true
@@ -210,6 +258,8 @@ func demote(r slog.Record) bool {
 		case !ok:
 		case r.Message == "failed to get data" && errors.Is(e, bolt.ErrKeyNotFound):
 			benign = true
+		case r.Message == "publish packet error" && errors.Is(e, packets.ErrQuotaExceeded):
+			benign = true // a retained message refused, logged by limitsHook
 		case r.Message == "" && (errors.Is(e, io.EOF) || errors.Is(e, net.ErrClosed)):
 			benign = true
 		}

@@ -41,7 +41,9 @@ func newPlugin(cfg plugin.BrokerConfig) (plugin.Broker, error) {
 // the daemon) shares the first one's broker.
 func (e *embedded) Start(ctx context.Context) error {
 	b, err := Start(ctx, Config{Listen: e.cfg.Listen, DataDir: e.cfg.DataDir, Users: e.users,
-		TopicPrefix: e.cfg.TopicPrefix, Log: e.cfg.Log})
+		TopicPrefix: e.cfg.TopicPrefix, Log: e.cfg.Log,
+		MaxPacketBytes: e.cfg.MaxPacketBytes, ConnectTimeout: e.cfg.ConnectTimeout,
+		MaxConnections: e.cfg.MaxConnections, MaxRetainedBytes: e.cfg.MaxRetainedBytes})
 	switch {
 	case err == nil:
 		e.b = b

@@ -47,3 +47,23 @@ func TestPlugin(t *testing.T) {
 		t.Fatal("the refused broker reports itself running")
 	}
 }
+
+// TestPluginBounds: the plugin hands its bounds (the mqtt.broker_* keys) to
+// the broker: with a cap of one connection, a second client is refused.
+func TestPluginBounds(t *testing.T) {
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	b, err := plugin.NewBroker(plugin.BrokerConfig{Listen: "127.0.0.1:0", Log: log, MaxConnections: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if r := connect(t, b.URL(), "first", "", "", true, nil); r.err != nil {
+		t.Fatalf("first client: %v", r.err)
+	}
+	if r := connect(t, b.URL(), "second", "", "", true, nil); r.err == nil {
+		t.Fatal("a second client was accepted by a broker capped at one connection")
+	}
+}

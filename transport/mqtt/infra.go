@@ -98,7 +98,9 @@ func NewInfra(o InfraOptions) (*Infra, error) {
 		return m, nil
 	}
 	m.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.cfg.BrokerListen, UsersFile: m.cfg.BrokerUsers,
-		DataDir: m.data, TopicPrefix: m.cfg.TopicPrefix, Log: m.log})
+		DataDir: m.data, TopicPrefix: m.cfg.TopicPrefix, Log: m.log,
+		MaxPacketBytes: m.cfg.BrokerMaxPacketBytes, ConnectTimeout: m.cfg.BrokerConnectTimeout,
+		MaxConnections: m.cfg.BrokerMaxConnections, MaxRetainedBytes: int64(m.cfg.BrokerMaxRetainedBytes)})
 	if err != nil {
 		return nil, fmt.Errorf("mqtt.broker_users: %w", err)
 	}

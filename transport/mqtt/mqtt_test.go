@@ -226,7 +226,9 @@ func TestMQTTDeadLetters(t *testing.T) {
 		col := mqtttest.Collect(t, url, "observer", true, tp.DeadLetter, tp.Results)
 		pub := publisher(t, url)
 
-		big := task("big", strings.Repeat("x", 1<<20))
+		// Over the agent's 256 KiB, under the embedded broker's 1 MiB
+		// packet bound (a larger packet the broker itself refuses).
+		big := task("big", strings.Repeat("x", 512<<10))
 		for _, p := range [][]byte{[]byte("{not json"), []byte(`{"type":"x","input":"no id"}`), big, []byte{0xff, 0xfe, 0x00}} {
 			mqtttest.Publish(t, pub, tp.Tasks, p)
 		}

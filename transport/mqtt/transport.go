@@ -49,7 +49,9 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 		}
 		check.Broker = "tcp://" + plugin.DefaultBrokerListen
 		if t.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.BrokerListen, UsersFile: m.BrokerUsers,
-			DataDir: env.DataDir, TopicPrefix: m.TopicPrefix, Log: env.Log}); err != nil {
+			DataDir: env.DataDir, TopicPrefix: m.TopicPrefix, Log: env.Log,
+			MaxPacketBytes: m.BrokerMaxPacketBytes, ConnectTimeout: m.BrokerConnectTimeout,
+			MaxConnections: m.BrokerMaxConnections, MaxRetainedBytes: int64(m.BrokerMaxRetainedBytes)}); err != nil {
 			return nil, err
 		}
 	} else if (m.BrokerListen != "" && m.BrokerListen != plugin.DefaultBrokerListen) || m.BrokerUsers != "" {

@@ -65,9 +65,10 @@ func (l *Net) Serve(establish EstablishFn) {
 
 		if atomic.LoadUint32(&l.end) == 0 {
 			go func() {
-				err = establish(l.id, conn)
-				if err != nil {
-					l.log.Warn("", "error", err)
+				// OPENSTARRY: err of its own (upstream assigned the Accept
+				// loop's, a data race between connections), and who.
+				if err := establish(l.id, conn); err != nil {
+					l.log.Warn("", "error", err, "remote", conn.RemoteAddr().String())
 				}
 			}()
 		}
