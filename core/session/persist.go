@@ -51,7 +51,11 @@ func (m *Manager) checkpointOf(ctx context.Context, projectID, sessionID string)
 	}
 	cp.CurrentState.Phase = s.CurrentPhase
 	if s.CurrentAgentRole != "" {
-		cp.CurrentState.ActiveAgent = &ActiveAgent{Role: s.CurrentAgentRole, Type: s.CurrentAgentType, AgentID: s.CurrentAgentType}
+		id := s.CurrentAgentID
+		if id == "" {
+			id = s.CurrentAgentType // a session of a version that did not record the agent's id
+		}
+		cp.CurrentState.ActiveAgent = &ActiveAgent{Role: s.CurrentAgentRole, Type: s.CurrentAgentType, AgentID: id}
 	}
 	for _, a := range aps {
 		if a.SessionID == sessionID {
