@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/jsonclip"
 )
 
 // Agents is how the manager hands plan tasks to agents (the daemon
@@ -361,6 +363,9 @@ type SessionView struct {
 	Tasks      []PlanTask          `json:"tasks"`
 	Approvals  []Approval          `json:"approvals"`
 	Approaches *ApproachesFileJSON `json:"approaches"`
+	// ResumeContext is the context a resumed session's tasks carry (its
+	// resume_context.json); absent for a session that was not a resume.
+	ResumeContext json.RawMessage `json:"resume_context,omitempty"`
 }
 
 // SessionDetail returns one session of a project.
@@ -390,6 +395,9 @@ func (m *Manager) SessionDetail(ctx context.Context, projectID, sessionID string
 		if a.SessionID == sessionID {
 			v.Approvals = append(v.Approvals, a)
 		}
+	}
+	if raw, rerr := os.ReadFile(m.lay.ResumeContextFile(projectID, sessionID)); rerr == nil && json.Valid(raw) {
+		v.ResumeContext = raw
 	}
 	v.Approaches, err = m.approachesFile(ctx, projectID, sessionID)
 	return v, err
@@ -508,6 +516,12 @@ func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*Res
 	m.saveFiles(ctx, projectID, sessionID, true)
 	m.saveFiles(ctx, projectID, child.ID, true)
 	raw, _ := json.Marshal(rc)
+	// Bounded, so that every task that carries it stays far below an
+	// agent's task size limit; cut so that it stays JSON.
+	raw, _ = jsonclip.Clip(raw, MaxResumeContext)
+	if err := writeRawFile(m.lay.ResumeContextFile(projectID, child.ID), raw); err != nil {
+		m.log.Error().Err(err).Str("session", child.ID).Msg("resume_context.json not written; the dispatcher holds the context")
+	}
 	m.log.Info().Str("project", projectID).Str("session", child.ID).Str("parent", sessionID).
 		Int("remaining", len(rc.RemainingTasks)).Msgf("session %s resumed as %s", sessionID, child.ID)
 	m.startRun(projectID, child.ID, raw)
@@ -549,6 +563,10 @@ func (m *Manager) childTasks(ctx context.Context, projectID, childID string) ([]
 	}
 	return out, nil
 }
+
+// MaxResumeContext bounds the resume context a resumed session's tasks
+// carry (a model is shown at most 8 KiB of it).
+const MaxResumeContext = 64 << 10
 
 // ResumeContext is the context a resumed session starts from (the
 // specification's build_resume_context, with the approvals beside it).

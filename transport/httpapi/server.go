@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -35,7 +36,12 @@ type Options struct {
 	Agents       Agents
 	MaxTaskBytes int    // largest accepted task body; default 256 KiB
 	Token        string // required from off loopback when set
-	Log          zerolog.Logger
+	// PlanToken, when set, lets a request carrying it in
+	// httpx.HeaderPlanToken submit a task of the plan: namespace (the
+	// daemon's dispatcher, with the agent's control token); without it,
+	// such a task is refused with reserved_task_id.
+	PlanToken string
+	Log       zerolog.Logger
 }
 
 // Server is the HTTP handler.
@@ -102,7 +108,12 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 		httpx.Error(w, http.StatusBadRequest, httpx.CodeBadBody, "reading the body: "+err.Error())
 		return
 	}
-	task, err := agent.DecodeTask(body, s.opts.MaxTaskBytes)
+	decode := agent.DecodeTask
+	if got := r.Header.Get(httpx.HeaderPlanToken); s.opts.PlanToken != "" && got != "" &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.PlanToken)) == 1 {
+		decode = agent.DecodePlanTask
+	}
+	task, err := decode(body, s.opts.MaxTaskBytes)
 	if err != nil {
 		var te *agent.TaskError
 		code := agent.CodeBadJSON
