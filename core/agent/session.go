@@ -75,6 +75,18 @@ func applySession(s *Snapshot, out *outcome) {
 	}
 }
 
+// TaskTypeSessionSummary is the type of the task by which session
+// continuity asks an agent for a session's context_summary, its input the
+// counting line it falls back on. A model is told what to write (a system
+// message, Turn.Resume's place); the echo brain answers the input, so the
+// counting line is its summary.
+const TaskTypeSessionSummary = "session_summary"
+
+// summaryInstruction is what a model is told with a session_summary task.
+const summaryInstruction = "Session continuity asks for this session's context summary: in at most three sentences, " +
+	"say what has been done, what is in progress and what is blocked or failed, for whoever resumes the work. " +
+	"Answer with the summary only. The facts, as the plan counts them, are the task's input."
+
 // maxResume bounds the resume context a brain is given (Turn.Resume).
 const maxResume = 8 << 10
 
@@ -89,6 +101,14 @@ const resumeHeader = "This task belongs to a session that resumes an interrupted
 // valid JSON (jsonclip); "" for a task with none, or outside the plan:
 // namespace (only the daemon's dispatcher sends those).
 func resumeFor(taskID string, payload json.RawMessage) string {
+	if IsPlanTaskID(taskID) && bytes.Contains(payload, []byte(`"`+TaskTypeSessionSummary+`"`)) {
+		var t struct {
+			Type string `json:"type"`
+		}
+		if json.Unmarshal(payload, &t) == nil && t.Type == TaskTypeSessionSummary {
+			return summaryInstruction
+		}
+	}
 	if !IsPlanTaskID(taskID) || !bytes.Contains(payload, []byte(`"resume_context"`)) {
 		return ""
 	}

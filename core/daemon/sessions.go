@@ -27,6 +27,14 @@ type sessionAgents struct{ d *Daemon }
 
 func (a sessionAgents) Master() string { return a.d.cfg.Master.Agent }
 
+// AgentType is the type of an agent's template (session.AgentTyper).
+func (a sessionAgents) AgentType(id string) string {
+	if m := a.d.member(id); m != nil {
+		return m.getSpec().Type
+	}
+	return ""
+}
+
 // workerTemplate is the template of a worker a plan names that does not run.
 const workerTemplate = "worker"
 

@@ -230,3 +230,85 @@ func TestProgressOf(t *testing.T) {
 		}
 	}
 }
+
+// Item 7: a session a dead daemon left open ends at the last moment it was
+// known alive, not at the next boot.
+func TestCrashEndsAtLastAlive(t *testing.T) {
+	ctx := context.Background()
+	m := openManager(t, t.TempDir(), &logbuf.Buffer{})
+	v, err := m.CreateProject(ctx, plan(t, `{"name":"x","tasks":[{"phase":1,"type":"a"},{"phase":1,"type":"b"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.StopDispatch() // no agents: nothing runs
+	now := time.Now().UTC()
+	started, done := now.Add(-2*time.Hour), now.Add(-time.Hour)
+	s, _ := m.store.Session(ctx, v.SessionID)
+	s.StartedAt = started
+	if _, err := m.store.db.ExecContext(ctx, `UPDATE sessions SET started_at = ? WHERE id = ?`, ts(started), s.ID); err != nil {
+		t.Fatal(err)
+	}
+	tk := taskOf(t, m, v.ID, "task_p1_a_001")
+	tk.Status, tk.StartedAt, tk.CompletedAt = TaskCompleted, &started, &done
+	if err := m.store.PutTask(ctx, &tk); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Remove(m.lay.Checkpoint(v.ID, v.SessionID)) // its timestamp is now: the task's time is the last sign of life
+	got, err := m.ScanInterrupted(ctx, ReasonCrash)
+	if err != nil || len(got) != 1 {
+		t.Fatalf("scan %v %v", got, err)
+	}
+	s, _ = m.store.Session(ctx, v.SessionID)
+	if s.EndedAt == nil || !s.EndedAt.Equal(done) {
+		t.Fatalf("ended_at %v, want %v (the last task's completion)", s.EndedAt, done)
+	}
+}
+
+// summaryAgents answers session_summary tasks as a model would.
+type summaryAgents struct {
+	*agentsFake
+	answer string
+}
+
+func (a *summaryAgents) Run(ctx context.Context, agentID string, t AgentTask) (AgentResult, error) {
+	if t.Type == TypeSessionSummary {
+		out, _ := json.Marshal(a.answer)
+		return AgentResult{Status: "done", Output: out}, nil
+	}
+	return a.agentsFake.Run(ctx, agentID, t)
+}
+
+func (a *summaryAgents) AgentType(string) string { return "code" }
+
+// Item 7: the master writes context_summary; the counting line is the
+// fallback (an empty answer here, as the echo brain's answer is the line
+// itself); current_agent_type is the agent's type, active_agent names both.
+func TestContextSummaryAndAgentType(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ answer, want string }{
+		{"The draft is written; nothing is left.", "The draft is written; nothing is left."},
+		{"", "1 of 1 tasks completed; last completed task_p1_a_001"},
+	} {
+		m := openManager(t, t.TempDir(), &logbuf.Buffer{})
+		m.SetAgents(&summaryAgents{agentsFake: newAgentsFake(), answer: tc.answer})
+		v, err := m.CreateProject(ctx, plan(t, `{"name":"x","tasks":[{"phase":1,"type":"a","input":"x"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitSession(t, m, v.SessionID, SessionCompleted)
+		var s *Session
+		wait.For(t, 10*time.Second, "the summary", func() bool {
+			s, _ = m.store.Session(ctx, v.SessionID)
+			return s.ContextSummary == tc.want
+		})
+		if s.CurrentAgentType != "code" || s.CurrentAgentID != "master" || s.CurrentAgentRole != RoleLeader {
+			t.Fatalf("session %+v", s)
+		}
+		m.Close(false)
+		cp, err := DecodeCheckpoint(mustRead(t, m.lay.Checkpoint(v.ID, v.SessionID)))
+		if err != nil || cp.CurrentState.ActiveAgent == nil || *cp.CurrentState.ActiveAgent != (ActiveAgent{Role: RoleLeader, Type: "code", AgentID: "master"}) ||
+			cp.ContextSummary != tc.want {
+			t.Fatalf("checkpoint %+v %v", cp, err)
+		}
+	}
+}

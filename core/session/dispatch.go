@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // run is the dispatcher of one active session: it hands the plan's ready
@@ -19,6 +21,7 @@ type run struct {
 	projectID, sessionID string
 	resume               json.RawMessage // a resumed session's context, sent with each of its tasks
 	wake                 chan struct{}
+	summaries            int // session_summary tasks sent, for their ids
 }
 
 func (m *Manager) startRun(projectID, sessionID string, resume json.RawMessage) {
@@ -98,9 +101,11 @@ func (m *Manager) loop(ctx context.Context, r *run) {
 		case stepDone:
 			m.endSession(context.Background(), r.projectID, r.sessionID, SessionCompleted, "")
 			m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Msgf("session %s completed: every task of project %s is done", r.sessionID, r.projectID)
+			m.refreshSummary(ctx, r, agents)
 			return
 		case stepStuck:
 			m.interrupt(ctx, r, ReasonError, errors.New("a task failed and the rest of the plan depends on it"))
+			m.refreshSummary(ctx, r, agents)
 			return
 		case stepWait:
 			select {
@@ -297,7 +302,67 @@ func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTas
 	}
 	written := changedArtifacts(before, m.artifactState(r.projectID, r.sessionID))
 	m.apply(ctx, r, t, agentID, res, written)
+	m.refreshSummary(ctx, r, agents)
 	return true
+}
+
+// maxSummary bounds the context_summary an agent writes.
+const maxSummary = 2000
+
+// refreshSummary asks the master for the session's context_summary, once
+// a task ended or the session was interrupted: a session_summary task
+// whose input is the counting line (contextSummary). A model writes a
+// summary from it; the echo brain answers the line itself; a failure or an
+// empty answer leaves the line. Bounded in time (SummaryTimeout) and size.
+func (m *Manager) refreshSummary(ctx context.Context, r *run, agents Agents) {
+	m.mu.Lock()
+	tasks, err := m.store.Tasks(ctx, r.projectID)
+	m.mu.Unlock()
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	s, err := m.store.Session(ctx, r.sessionID)
+	if err != nil {
+		return
+	}
+	fallback := contextSummary(tasks, s.InterruptionReason)
+	in, _ := json.Marshal(fallback)
+	r.summaries++
+	sctx, cancel := context.WithTimeout(ctx, m.o.SummaryTimeout)
+	defer cancel()
+	res, err := agents.Run(sctx, agents.Master(), AgentTask{
+		TaskID: AgentTaskPrefix + r.projectID + ":" + r.sessionID + ":summary:" + itoa(r.summaries), Type: TypeSessionSummary,
+		Input: in, ProjectID: r.projectID, SessionID: r.sessionID, ResumeContext: r.resume})
+	summary := fallback
+	var text string
+	if err == nil && res.Status == "done" && json.Unmarshal(res.Output, &text) == nil && strings.TrimSpace(text) != "" {
+		summary = clipText(strings.TrimSpace(text), maxSummary)
+	} else if err != nil && ctx.Err() == nil {
+		m.log.Debug().Err(err).Str("session", r.sessionID).Msg("no context summary from the master; the counting line stays")
+	}
+	m.mu.Lock()
+	s, err = m.store.Session(ctx, r.sessionID)
+	if err == nil && s.ContextSummary != summary {
+		s.ContextSummary = summary
+		err = m.store.UpdateSession(ctx, s)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error().Err(err).Str("session", r.sessionID).Msg("recording the context summary")
+		return
+	}
+	m.saveFiles(context.Background(), r.projectID, r.sessionID, false)
+}
+
+// clipText cuts s to at most n bytes on a rune boundary, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // agentType is the type of an agent (its template's), or its id when the

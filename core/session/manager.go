@@ -65,6 +65,10 @@ type AgentResult struct {
 // as resume_context.
 const TypeSessionResume = "session_resume"
 
+// TypeSessionSummary is the type of the task that asks the master for a
+// session's context_summary (agent.TaskTypeSessionSummary).
+const TypeSessionSummary = "session_summary"
+
 // Options configure a Manager.
 type Options struct {
 	Data string // the data directory
@@ -77,6 +81,9 @@ type Options struct {
 	// PollInterval paces the dispatcher's retries while an agent is not
 	// reachable; default 200ms.
 	PollInterval time.Duration
+	// SummaryTimeout bounds the wait for the master's context summary;
+	// default 60s.
+	SummaryTimeout time.Duration
 }
 
 // Manager is session continuity: it owns sessions.db and the project
@@ -117,6 +124,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.SummaryTimeout <= 0 {
+		o.SummaryTimeout = time.Minute
 	}
 	m := &Manager{o: o, log: o.Log, now: o.Now, lay: Layout{Data: o.Data}, runs: map[string]*run{}}
 	m.life, m.stop = context.WithCancel(context.Background())
@@ -192,8 +202,9 @@ func (m *Manager) StopDispatch() {
 }
 
 // ScanInterrupted marks every session without ended_at interrupted with
-// reason (crash or power_loss, from the boot journal), saves its files,
-// and returns them. It runs at boot before any dispatch.
+// reason (crash or power_loss, from the boot journal), ended at the last
+// moment it was known alive (lastAlive), saves its files, and returns
+// them. It runs at boot before any dispatch.
 func (m *Manager) ScanInterrupted(ctx context.Context, reason string) ([]Session, error) {
 	open, err := m.store.OpenSessions(ctx)
 	if err != nil {
@@ -201,7 +212,7 @@ func (m *Manager) ScanInterrupted(ctx context.Context, reason string) ([]Session
 	}
 	for i := range open {
 		s := &open[i]
-		m.endSession(ctx, s.ProjectID, s.ID, SessionInterrupted, reason)
+		m.endSessionAt(ctx, s.ProjectID, s.ID, SessionInterrupted, reason, m.lastAlive(ctx, s))
 		m.log.Warn().Str("project", s.ProjectID).Str("session", s.ID).Str("reason", reason).
 			Msgf("session %s of project %s was interrupted (%s); resume it with `openstarry session resume %s`", s.ID, s.ProjectID, reason, s.ID)
 		s.Status, s.InterruptionReason = SessionInterrupted, reason

@@ -159,7 +159,12 @@ func TestPlanWithApprovalGate(t *testing.T) {
 		return len(aps) == 1 && ap.Attempt == 1
 	})
 	ag.mu.Lock()
-	last := ag.tasks[len(ag.tasks)-1]
+	var last AgentTask
+	for _, x := range ag.tasks {
+		if x.Type != TypeSessionSummary {
+			last = x
+		}
+	}
 	ag.mu.Unlock()
 	if ag.count("task_p1_design_001") != 2 || last.TaskID != AgentTaskID(v.ID, v.SessionID, "task_p1_design_001", 1) || !strings.Contains(string(last.Input), "shorter") {
 		t.Fatalf("revision: last %+v", last)
