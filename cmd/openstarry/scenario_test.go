@@ -118,9 +118,9 @@ func TestSessionScenario(t *testing.T) {
 	t.Run("SIGTERM of the daemon mid-task", func(t *testing.T) {
 		// Item 3: a clean stop is recorded as shutdown, not crash.
 		id := sc.create(t, base, map[string]any{"name": "stopped", "tasks": []any{
-			map[string]any{"phase": 1, "type": "slow", "input": map[string]any{"call": []any{
+			map[string]any{"phase": 1, "type": "halt", "input": map[string]any{"call": []any{
 				map[string]any{"tool": "sleep_ms", "args": map[string]int{"ms": 6000}}}}}}})
-		sc.waitRunning(t, base, id, "task_p1_slow_001")
+		sc.waitRunning(t, base, id, "task_p1_halt_001")
 		if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Fatal(err)
 		}
@@ -158,8 +158,13 @@ func TestSessionScenario(t *testing.T) {
 		if pr := obj(v["progress"]); num(pr["completed"]) != 1 || num(pr["percent"]) != 33 {
 			t.Errorf("progress after the rejection: %v", pr)
 		}
-		if out, code := runCLI(t, "project", "show", id, "--data", data); code != 0 || !strings.Contains(out, "1/3 tasks completed (33%)") {
+		if out, code := runCLI(t, "project", "show", id, "--data", data); code != 0 || !strings.Contains(out, "1/3 tasks completed (33%)") ||
+			!strings.Contains(out, "LEADER master") {
 			t.Errorf("project show: %d %s", code, out)
+		}
+		// Item 7: the agent's type (its template's), and its id beside it.
+		if s["current_agent_type"] != "general" || s["current_agent_role"] != "LEADER" || s["current_agent_id"] != "master" {
+			t.Errorf("current agent of the session: %v", s)
 		}
 		child := sc.resume(t, base, id, str(s["id"]))
 		// The gate asks again, for the new attempt; the child session
@@ -215,9 +220,9 @@ func TestSessionScenario(t *testing.T) {
 		final := obj(sc.get(t, fmt.Sprintf("%s/approvals/%v", base, ap["id"])))
 		h := arr(final["revision_history"])
 		if len(h) != 3 {
-			t.Fatalf("revision_history of the third approval: %v", final["revision_history"])
+			t.Errorf("revision_history of the third approval: %v", final["revision_history"])
 		}
-		for i, want := range []string{"shorter", "friendlier", ""} {
+		for i, want := range []string{"shorter", "friendlier", ""}[:min(3, len(h))] {
 			r := obj(h[i])
 			if num(r["attempt"]) != float64(i) || str(r["feedback"]) != want || str(r["by"]) == "" || str(r["at"]) == "" ||
 				r["result"] == nil || i < 2 && fmt.Sprint(r["result"]) != results[i] {

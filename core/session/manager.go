@@ -344,6 +344,18 @@ func (m *Manager) View(ctx context.Context, projectID string) (*ProjectView, err
 	if err != nil {
 		return nil, err
 	}
+	master := "master"
+	if a := m.getAgents(); a != nil {
+		master = a.Master()
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.AssignedTo == "" || t.AssignedTo == master {
+			t.Role, t.Agent = RoleLeader, master
+		} else {
+			t.Role, t.Agent = RoleWorker, t.AssignedTo
+		}
+	}
 	return &ProjectView{Project: *p, Tasks: tasks, Sessions: sessions, Progress: progressOf(tasks)}, nil
 }
 

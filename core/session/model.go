@@ -118,6 +118,11 @@ type PlanTask struct {
 	CompletedAt *time.Time      `json:"completed_at,omitempty"`
 	Result      json.RawMessage `json:"result,omitempty"`
 	Error       string          `json:"error,omitempty"`
+	// Role and Agent say who runs the task: LEADER and the master's id, or
+	// WORKER and the worker's; filled when a project is read (GET
+	// /projects/{id}), not stored.
+	Role  string `json:"role,omitempty"`
+	Agent string `json:"agent,omitempty"`
 }
 
 // AgentTaskPrefix opens every agent task id of a plan task: a namespace
