@@ -86,6 +86,7 @@ func lockedExit(err error) error {
 
 // runAgent checks the flags and hands the agent's life to host.Run.
 func runAgent(ctx context.Context, f runFlags) error {
+	survivePipeClose()
 	log := logger()
 	if f.agent == "" {
 		return errors.New("--agent is required")
@@ -119,7 +120,13 @@ func runAgent(ctx context.Context, f runFlags) error {
 		Config: cfg,
 		Listen: f.listen,
 		API: func(rt *agent.Runtime, maxTaskBytes int) http.Handler {
-			api := httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, Token: f.token, LocalToken: localToken, MaxTaskBytes: maxTaskBytes, Log: log})
+			opts := httpapi.Options{Agents: httpapi.Single{R: rt}, Token: f.token, LocalToken: localToken, MaxTaskBytes: maxTaskBytes, Log: log}
+			if f.daemonChild {
+				// The daemon's dispatcher hands plan tasks with this
+				// agent's control token; nobody else may use their ids.
+				opts.PlanToken = os.Getenv(control.EnvToken)
+			}
+			api := httpapi.New(opts)
 			for pattern, h := range f.hooks.routes {
 				api.Handle(pattern, h)
 			}

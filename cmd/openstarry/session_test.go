@@ -173,7 +173,7 @@ func testSessionResume(t *testing.T, via string) {
 		return taskStatus(project(t, base, v.ID), "task_p2_code_002").Status == session.TaskInProgress
 	})
 	wait.For(t, 10*time.Second, "the master running task_p2_code_002 (inside its 3 s sleep)", func() bool {
-		code, st, err := getTask(base, "master", "task_p2_code_002")
+		code, st, err := getTask(base, "master", taskStatus(project(t, base, v.ID), "task_p2_code_002").AgentTaskID)
 		return err == nil && code == 200 && st.Status == "running"
 	})
 	m, _ := agentInfo(daemonStatus(t, data), "master")
@@ -232,27 +232,25 @@ func testSessionResume(t *testing.T, via string) {
 		t.Errorf("task_p1_concept_001 moved to session %s", st.SessionID)
 	}
 
-	// The master holds the resume context: approvals and approaches.
-	var snap struct {
-		SessionID string `json:"session_id"`
-		Memory    struct {
-			Vars map[string]json.RawMessage `json:"working_variables"`
-		} `json:"memory"`
-	}
-	apiInto(t, "GET", base+"/agents/master/snapshot", nil, 200, &snap)
+	// The child session keeps its resume context (every task of it carried
+	// it): approvals and approaches.
+	var sv session.SessionView
+	apiInto(t, "GET", base+"/projects/"+v.ID+"/sessions/"+child, nil, 200, &sv)
 	var rc session.ResumeContext
-	if err := json.Unmarshal(snap.Memory.Vars["resume_context"], &rc); err != nil {
-		t.Fatalf("resume_context: %v: %s", err, snap.Memory.Vars["resume_context"])
+	if err := json.Unmarshal(sv.ResumeContext, &rc); err != nil {
+		t.Fatalf("resume_context: %v: %s", err, sv.ResumeContext)
 	}
-	if snap.SessionID != child || rc.ParentSessionID != v.SessionID || rc.InterruptionReason != session.ReasonCrash ||
+	if rc.ParentSessionID != v.SessionID || rc.InterruptionReason != session.ReasonCrash ||
 		len(rc.Approvals) != 1 || rc.Approvals[0].Status != session.ApprovalApproved ||
-		len(rc.VerifiedApproaches) != 1 || len(rc.FailedApproaches) != 1 || len(rc.NextApproaches) != 1 ||
+		len(rc.VerifiedApproaches) != 2 || len(rc.FailedApproaches) != 1 || len(rc.NextApproaches) != 1 ||
 		rc.CurrentTask == nil || rc.CurrentTask.TaskID != "task_p2_code_002" || rc.CurrentPhase != 2 {
-		t.Fatalf("snapshot session %s, resume context %+v", snap.SessionID, rc)
+		t.Fatalf("resume context %+v", rc)
 	}
 	var aps2 session.ApproachesView
 	apiInto(t, "GET", base+"/projects/"+v.ID+"/approaches", nil, 200, &aps2)
-	if len(aps2.Verified) != 1 || len(aps2.Failed) != 1 || len(aps2.Untried) != 1 {
+	// Verified: the one recorded by the tool, and the approval of the
+	// review (recorded by the dispatcher).
+	if len(aps2.Verified) != 2 || len(aps2.Failed) != 1 || len(aps2.Untried) != 1 {
 		t.Fatalf("approaches %+v", aps2)
 	}
 	if via == "cli" {

@@ -365,14 +365,15 @@ func printProject(w io.Writer, v *session.ProjectView) {
 	fmt.Fprintf(w, "project %s %q: %d/%d tasks completed (%d%%), session %s %s\n", v.ID, v.Name, v.Progress.Completed,
 		v.Progress.Total, v.Progress.Percent, v.SessionID, v.Status)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TASK\tPHASE\tNAME\tSTATUS\tPROGRESS\tATTEMPT\tDEPENDS ON\tERROR")
+	fmt.Fprintln(tw, "TASK\tPHASE\tNAME\tAGENT\tSTATUS\tPROGRESS\tATTEMPT\tDEPENDS ON\tERROR")
 	for _, t := range v.Tasks {
 		st := t.Status
 		if t.State != "" {
 			st += " (" + t.State + ")"
 		}
 		deps := strings.Join(t.DependsOn, ",")
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d%%\t%d\t%s\t%s\n", t.ID, t.Phase, t.Name, st, t.ProgressPercent, t.Attempt, dash(deps), dash(t.Error))
+		agent := strings.TrimSpace(t.Role + " " + t.Agent)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%d%%\t%d\t%s\t%s\n", t.ID, t.Phase, t.Name, dash(agent), st, t.ProgressPercent, t.Attempt, dash(deps), dash(t.Error))
 	}
 	tw.Flush()
 }

@@ -84,6 +84,7 @@ Exit status: 0 after SIGTERM or SIGINT, 3 when another daemon runs on the data
 directory, 1 on any other error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			survivePipeClose()
 			cfg, err := f.load(cmd)
 			if err != nil {
 				return err

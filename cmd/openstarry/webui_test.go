@@ -359,7 +359,8 @@ func TestWebUISessions(t *testing.T) {
 	callJSON(t, "POST", base+"/projects", map[string]any{
 		"name": "Release notes", "description": "draft, reviewed by a person, then published",
 		"tasks": []map[string]any{
-			{"phase": 1, "type": "draft", "name": "draft the notes", "input": "draft v1", "approval": true},
+			{"phase": 1, "type": "draft", "name": "draft the notes", "approval": true, "input": map[string]any{"call": []map[string]any{
+				{"tool": "file_append", "args": map[string]string{"file": "notes.md", "line": "Release notes v1: faster boot."}}}}},
 			{"phase": 1, "type": "publish", "name": "publish", "input": "published", "depends_on": []int{0}},
 		}}, 201, &gated)
 	waitProject(t, base, gated.ID, "waiting for approval", func(p uiProject) bool {
@@ -420,6 +421,14 @@ func TestWebUISessions(t *testing.T) {
 	b.run("approvals page", 10*time.Second, chromedp.Navigate(base+"/#/approvals"))
 	card := fmt.Sprintf(`[data-approval="%d"]`, pending[0].ID)
 	b.waitText("pending card", "#pending", pending[0].TaskID, 10*time.Second)
+	// The reviewer sees the result under review and opens what the task
+	// wrote (issue 29).
+	cardText := b.waitText("result on the card", card, "Result", 10*time.Second)
+	if !strings.Contains(cardText, "notes.md") || !strings.Contains(cardText, "file_append") {
+		t.Errorf("the pending card lacks the result or the artifact:\n%s", cardText)
+	}
+	b.run("show the artifact", 10*time.Second, chromedp.Click(card+` .artifacts button`, chromedp.ByQuery))
+	b.waitText("artifact shown", card+" pre.preview", "Release notes v1: faster boot.", 10*time.Second)
 	b.shot("approvals-pending")
 	b.checkA11y("approvals")
 	b.run("approve", 10*time.Second,

@@ -922,16 +922,8 @@ func (r *Runtime) maybeStartTick() {
 	h := s.Memory.ShortTermHistory
 	in := tickInput{ev: ev, history: h[:len(h):len(h)], histBytes: r.st.histBytes}
 	in.memory, _ = s.Memory.WorkingVariables["history_summary"].(string)
-	if _, ok := s.Memory.WorkingVariables["resume_session_id"]; ok && ev.Type == "task" {
-		// Rendered here, where the variables are owned; only tasks of
-		// the resumed session pay for it.
-		var t struct {
-			ProjectID string `json:"project_id"`
-			SessionID string `json:"session_id"`
-		}
-		if json.Unmarshal(ev.Payload, &t) == nil {
-			in.resume = resumeFor(&Task{ProjectID: t.ProjectID, SessionID: t.SessionID}, s.Memory.WorkingVariables)
-		}
+	if ev.Type == "task" {
+		in.resume = resumeFor(ev.ID, ev.Payload)
 	}
 	if s.Turn != nil && s.Turn.EventID == ev.ID {
 		in.turn = s.Turn.Clone()

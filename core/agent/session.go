@@ -1,16 +1,19 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"regexp"
 	"sync"
+
+	"github.com/openstarry/openstarry-edge/core/jsonclip"
 )
 
-// TaskTypeSessionResume is the type of the task that hands a resumed
-// session's context to an agent: the kernel keeps its input in
-// working_variables as resume_context (and the session's id as
-// resume_session_id) and answers done without asking the brain; the brain
-// is given it (Turn.Resume) with every later task of that session.
+// TaskTypeSessionResume is the type of the task by which versions before
+// the plan: namespace handed a resumed session's context to the master:
+// the kernel keeps its input in working_variables as resume_context and
+// answers done without asking the brain. Session continuity now sends the
+// context with each task of the session instead (Task.ResumeContext).
 const TaskTypeSessionResume = "session_resume"
 
 // Session ids as session continuity makes them; a task naming others is
@@ -72,6 +75,18 @@ func applySession(s *Snapshot, out *outcome) {
 	}
 }
 
+// TaskTypeSessionSummary is the type of the task by which session
+// continuity asks an agent for a session's context_summary, its input the
+// counting line it falls back on. A model is told what to write (a system
+// message, Turn.Resume's place); the echo brain answers the input, so the
+// counting line is its summary.
+const TaskTypeSessionSummary = "session_summary"
+
+// summaryInstruction is what a model is told with a session_summary task.
+const summaryInstruction = "Session continuity asks for this session's context summary: in at most three sentences, " +
+	"say what has been done, what is in progress and what is blocked or failed, for whoever resumes the work. " +
+	"Answer with the summary only. The facts, as the plan counts them, are the task's input."
+
 // maxResume bounds the resume context a brain is given (Turn.Resume).
 const maxResume = 8 << 10
 
@@ -80,28 +95,29 @@ const resumeHeader = "This task belongs to a session that resumes an interrupted
 	"The resume context below says why it stopped, where it stood, the task in progress, the approaches verified, " +
 	"failed (do not repeat them) and next to try, the remaining tasks and the operators' decisions:\n"
 
-// resumeFor is the Turn.Resume of a task: the resume context kept in
-// working variables when the task belongs to the session it was handed
-// for, as compact JSON after a header, clipped to maxResume; "" otherwise.
-// vars are read, not kept.
-func resumeFor(t *Task, vars map[string]any) string {
-	if !inSession(t) {
-		return ""
-	}
-	if sid, _ := vars["resume_session_id"].(string); sid != t.SessionID {
-		return ""
-	}
-	rc, ok := vars["resume_context"]
-	if !ok || rc == nil {
-		return ""
-	}
-	text, isText := rc.(string)
-	if !isText {
-		raw, err := json.Marshal(rc)
-		if err != nil {
-			return ""
+// resumeFor is the Turn.Resume of a task, from the task's own payload: the
+// resume context session continuity sent with it, as compact JSON after a
+// header, cut to maxResume in all so that what the model reads is still
+// valid JSON (jsonclip); "" for a task with none, or outside the plan:
+// namespace (only the daemon's dispatcher sends those).
+func resumeFor(taskID string, payload json.RawMessage) string {
+	if IsPlanTaskID(taskID) && bytes.Contains(payload, []byte(`"`+TaskTypeSessionSummary+`"`)) {
+		var t struct {
+			Type string `json:"type"`
 		}
-		text = string(raw)
+		if json.Unmarshal(payload, &t) == nil && t.Type == TaskTypeSessionSummary {
+			return summaryInstruction
+		}
 	}
-	return clipN(resumeHeader+text, maxResume)
+	if !IsPlanTaskID(taskID) || !bytes.Contains(payload, []byte(`"resume_context"`)) {
+		return ""
+	}
+	var t struct {
+		ResumeContext json.RawMessage `json:"resume_context"`
+	}
+	if json.Unmarshal(payload, &t) != nil || len(t.ResumeContext) == 0 || string(t.ResumeContext) == "null" {
+		return ""
+	}
+	rc, _ := jsonclip.Clip(t.ResumeContext, maxResume-len(resumeHeader))
+	return resumeHeader + string(rc)
 }

@@ -3,6 +3,7 @@ package agent
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -15,6 +16,10 @@ type Task struct {
 	ProjectID string          `json:"project_id,omitempty"`
 	SessionID string          `json:"session_id,omitempty"`
 	Deadline  string          `json:"deadline,omitempty"` // RFC 3339
+	// ResumeContext is the context of the resumed session a plan task
+	// belongs to (session continuity sends it with each of the session's
+	// tasks); ignored on a task outside the plan: namespace.
+	ResumeContext json.RawMessage `json:"resume_context,omitempty"`
 
 	raw []byte // the payload DecodeTask read
 }
@@ -26,7 +31,19 @@ const (
 	CodeBadTaskID     = "bad_task_id"
 	CodeTooLarge      = "too_large"
 	CodeBadDeadline   = "bad_deadline"
+	CodeReservedID    = "reserved_task_id"
 )
+
+// PlanTaskPrefix opens the task ids session continuity gives plan tasks
+// (plan:{project_id}:{session_id}:{task_id}:{attempt}). The namespace is the
+// daemon's: DecodeTask refuses an id in it, so that a task sent straight to
+// an agent (HTTP, MQTT, a webhook, a delegation) can never take the id of a
+// plan task and be answered in its place; the daemon's own requests are
+// decoded with DecodePlanTask.
+const PlanTaskPrefix = "plan:"
+
+// IsPlanTaskID reports whether id is in the plan task namespace.
+func IsPlanTaskID(id string) bool { return strings.HasPrefix(id, PlanTaskPrefix) }
 
 // TaskError says why a task was rejected before it was queued.
 type TaskError struct {
@@ -42,6 +59,16 @@ func (e *TaskError) Error() string { return e.Msg }
 // The task keeps data (TaskEvent queues it as it came): the caller must not
 // change data afterwards.
 func DecodeTask(data []byte, maxBytes int) (*Task, error) {
+	return decodeTask(data, maxBytes, false)
+}
+
+// DecodePlanTask is DecodeTask for the daemon's dispatcher, whose request
+// the transport authenticated: the plan: namespace is allowed.
+func DecodePlanTask(data []byte, maxBytes int) (*Task, error) {
+	return decodeTask(data, maxBytes, true)
+}
+
+func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 	if maxBytes > 0 && len(data) > maxBytes {
 		return nil, &TaskError{CodeTooLarge, fmt.Sprintf("task is %d bytes, the limit is %d", len(data), maxBytes)}
 	}
@@ -63,6 +90,9 @@ func DecodeTask(data []byte, maxBytes int) (*Task, error) {
 	}
 	if err := ValidateID(t.TaskID); err != nil {
 		return nil, &TaskError{CodeBadTaskID, "task_id: " + err.Error()}
+	}
+	if !plan && IsPlanTaskID(t.TaskID) {
+		return nil, &TaskError{CodeReservedID, fmt.Sprintf("task_id %q: ids beginning with %q are reserved for the plan tasks of session continuity", t.TaskID, PlanTaskPrefix)}
 	}
 	if t.Deadline != "" {
 		if _, err := time.Parse(time.RFC3339, t.Deadline); err != nil {

@@ -31,6 +31,8 @@ func TestDecodeTask(t *testing.T) {
 		{"duplicate nested key", `{"task_id":"t1","input":{"call":[{"tool":"x","args":{"a":1,"a":2}}]}}`, 0, CodeBadJSON},
 		{"nested keys differing in case", `{"task_id":"t1","input":{"a":1,"A":2,"x":{"a":[{"a":1},{"a":2}]}}}`, 0, ""},
 		{"same key in sibling objects", `{"task_id":"t1","input":[{"k":"\"}"},{"k":2}]}`, 0, ""},
+		{"plan task namespace", `{"task_id":"plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:task_p1_a_001:0","input":"x"}`, 0, CodeReservedID},
+		{"plan task namespace, any id in it", `{"task_id":"plan:task_p1_preempt_001"}`, 0, CodeReservedID},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,6 +48,25 @@ func TestDecodeTask(t *testing.T) {
 				t.Fatalf("DecodeTask error = %v, want code %s", err, tc.code)
 			}
 		})
+	}
+}
+
+// TestDecodePlanTask: the daemon's dispatcher, whose request the transport
+// authenticated, may use the plan: namespace; the other checks still hold.
+func TestDecodePlanTask(t *testing.T) {
+	id := "plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:task_p1_a_001:0"
+	task, err := DecodePlanTask([]byte(`{"task_id":"`+id+`","resume_context":{"a":1}}`), 0)
+	if err != nil || task.TaskID != id || string(task.ResumeContext) != `{"a":1}` {
+		t.Fatalf("DecodePlanTask = %+v, %v", task, err)
+	}
+	if _, err := DecodePlanTask([]byte(`{"task_id":"plan:../x"}`), 0); err == nil {
+		t.Fatal("a bad id in the namespace was accepted")
+	}
+	// Ids that merely look alike are anyone's.
+	for _, ok := range []string{"PLAN:x", "plan_x", "x:plan:y"} {
+		if _, err := DecodeTask([]byte(`{"task_id":"`+ok+`"}`), 0); err != nil {
+			t.Errorf("%s: %v", ok, err)
+		}
 	}
 }
 

@@ -31,9 +31,11 @@ func (d *Daemon) waitSettled(ctx context.Context, m *member) bool {
 	}
 }
 
-// shutdown stops every agent, the last started first, then ends the
+// shutdown stops the session dispatchers (a task cut short by a clean
+// stop is not a crash), then every agent, the last started first, then ends the
 // handoffs (they resume at the next boot).
 func (d *Daemon) shutdown() {
+	d.pauseSessions()
 	d.mu.Lock()
 	d.stopping = true
 	ms := make([]*member, 0, len(d.members))

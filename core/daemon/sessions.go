@@ -27,6 +27,14 @@ type sessionAgents struct{ d *Daemon }
 
 func (a sessionAgents) Master() string { return a.d.cfg.Master.Agent }
 
+// AgentType is the type of an agent's template (session.AgentTyper).
+func (a sessionAgents) AgentType(id string) string {
+	if m := a.d.member(id); m != nil {
+		return m.getSpec().Type
+	}
+	return ""
+}
+
 // workerTemplate is the template of a worker a plan names that does not run.
 const workerTemplate = "worker"
 
@@ -65,6 +73,9 @@ func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentT
 		return session.AgentResult{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// The plan: namespace is the dispatcher's alone: the agent accepts
+	// such an id only with its own control token.
+	req.Header.Set(httpx.HeaderPlanToken, d.agentToken(agentID))
 	resp, err := d.httpc.Do(req)
 	if err != nil {
 		return session.AgentResult{}, a.crashed(m, before, err)
@@ -178,6 +189,15 @@ func (d *Daemon) startSessions(ctx context.Context) {
 		if _, err := d.sess.Resume(ctx, s.ProjectID, s.ID); err != nil {
 			d.log.Error().Err(err).Str("session", s.ID).Msg("auto-resume failed")
 		}
+	}
+}
+
+// pauseSessions stops the dispatchers before a clean stop stops the agents:
+// an agent that stops under a task is then not taken for a crashed one,
+// and closeSessions records the sessions interrupted with reason shutdown.
+func (d *Daemon) pauseSessions() {
+	if d.sess != nil {
+		d.sess.StopDispatch()
 	}
 }
 

@@ -43,6 +43,8 @@ func (d *Daemon) openSessions(context.Context) error {
 
 func (d *Daemon) startSessions(context.Context) {}
 
+func (d *Daemon) pauseSessions() {}
+
 // closeSessions records the clean stop in the journal.
 func (d *Daemon) closeSessions(clean bool) {
 	if clean {

@@ -56,7 +56,11 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
 	t := res.Template
-	spec := agentSpec{Template: t.Name, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
+	typ := t.Type
+	if typ == "" {
+		typ = t.Name
+	}
+	spec := agentSpec{Template: t.Name, Type: typ, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
 		Workers: t.Workers, Tools: t.Tools, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes,
 		Ephemeral: t.Ephemeral && t.Role == design.RoleWorker}
 	spec.KeepEnv = secretEnvs(t)

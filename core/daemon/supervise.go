@@ -17,6 +17,7 @@ import (
 // `openstarry agent restart` (a new resolution of the template).
 type agentSpec struct {
 	Template     string   // template name
+	Type         string   // the template's type (its name when it has none)
 	Source       string   // where the resolver found it
 	Digest       string   // sha256 of the frozen bytes
 	Blueprint    string   // the frozen file

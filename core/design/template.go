@@ -18,9 +18,12 @@ const (
 // with. It is frozen for the life of the process; a change reaches an agent
 // only through a restart.
 type Template struct {
-	Name          string        `json:"name"`
-	Version       string        `json:"version"`
-	Role          string        `json:"role"`
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	Role    string `json:"role"`
+	// Type is what kind of work the agent does (code, asset, review…):
+	// session continuity's current_agent_type. Empty: the template's name.
+	Type          string        `json:"type,omitempty"`
 	Description   string        `json:"description,omitempty"`
 	Brain         Brain         `json:"brain"`
 	SystemPrompt  string        `json:"system_prompt"`

@@ -35,6 +35,12 @@ const (
 	CodeInternal         = "internal"
 )
 
+// HeaderPlanToken carries, on the daemon's request to one of its agents,
+// that agent's control token (OPENSTARRY_CONTROL_TOKEN): with it, and only
+// with it, the agent's API accepts a task id of the plan: namespace
+// (agent.PlanTaskPrefix), which session continuity keeps for plan tasks.
+const HeaderPlanToken = "X-OpenStarry-Plan-Token"
+
 // JSON writes v as one line of JSON with status.
 func JSON(w http.ResponseWriter, status int, v any) {
 	data, err := json.Marshal(v)

@@ -1,12 +1,20 @@
 package session
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"mime"
 	"net"
 	"net/http"
+	"os"
+	"path"
 	"strings"
+	"unicode/utf8"
 )
 
 // Routes adds the session API to mux (the daemon's listener, which applies
@@ -18,6 +26,7 @@ import (
 //	GET  /projects/{id}/sessions                 its sessions, oldest first
 //	GET  /projects/{id}/sessions/{sid}           one session: row, checkpoint, tasks, approvals, approaches
 //	POST /projects/{id}/sessions/{sid}/resume    resume an interrupted session; 201 with the child session
+//	GET  /projects/{id}/sessions/{sid}/artifacts/{path}  a file of the session's artifacts/
 //	GET  /projects/{id}/approvals[?status=S]     the project's approvals
 //	GET  /projects/{id}/approaches               the project's approaches by kind
 //	GET  /approvals[?status=S]                   approvals of every project
@@ -43,6 +52,7 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST /projects/{id}/sessions/{sid}/resume", m.withSession(func(w http.ResponseWriter, r *http.Request, id, sid string) {
 		answer(w, r, http.StatusCreated)(m.Resume(r.Context(), id, sid))
 	}))
+	mux.HandleFunc("GET /projects/{id}/sessions/{sid}/artifacts/{path...}", m.withSession(m.getArtifact))
 	mux.HandleFunc("GET /projects/{id}/approvals", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
 		answer(w, r, http.StatusOK)(m.Approvals(r.Context(), id, r.URL.Query().Get("status")))
 	}))
@@ -75,6 +85,82 @@ func (m *Manager) postProject(w http.ResponseWriter, r *http.Request) {
 
 func (m *Manager) getProjects(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, http.StatusOK)(m.store.Projects(r.Context()))
+}
+
+// MaxInlineArtifact is the largest artifact served to be shown in the
+// browser (text only); a larger one, or one that is not text, is served as
+// a download.
+const MaxInlineArtifact = 1 << 20
+
+// getArtifact serves one file of a session's artifacts directory, for a
+// reviewer to open what an approval names. The path is relative to
+// artifacts/ and may name nothing outside it: no "..", no absolute path,
+// and no symbolic link out of it (os.Root). Text (UTF-8, up to
+// MaxInlineArtifact) is served inline as text/plain, anything else as an
+// attachment; never as a type a browser would run.
+func (m *Manager) getArtifact(w http.ResponseWriter, r *http.Request, id, sid string) {
+	if _, err := m.session(r.Context(), id, sid); err != nil {
+		WriteError(w, err)
+		return
+	}
+	rel := r.PathValue("path")
+	if !fs.ValidPath(rel) || rel == "." || strings.Contains(rel, "\\") {
+		WriteError(w, fmt.Errorf("%w: artifact path %q: want a relative path inside the session's artifacts directory", ErrBadRequest, clipID(rel)))
+		return
+	}
+	notFound := fmt.Errorf("artifact %s of session %s: %w", clipID(rel), sid, ErrNotFound)
+	root, err := os.OpenRoot(m.lay.Artifacts(id, sid))
+	if err != nil {
+		WriteError(w, notFound)
+		return
+	}
+	defer root.Close()
+	f, err := root.Open(rel)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			m.log.Warn().Err(err).Str("session", sid).Str("path", rel).Msg("artifact refused")
+		}
+		WriteError(w, notFound)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		WriteError(w, notFound)
+		return
+	}
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		WriteError(w, err)
+		return
+	}
+	name := path.Base(rel)
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("Content-Security-Policy", "default-src 'none'; sandbox")
+	h.Set("Cache-Control", "no-store")
+	if st.Size() <= MaxInlineArtifact && isText(head) {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": name}))
+	} else {
+		h.Set("Content-Type", "application/octet-stream")
+		h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": name}))
+	}
+	http.ServeContent(w, r, "", st.ModTime(), f)
+}
+
+// isText reports whether a file's first bytes look like text: UTF-8 (a
+// rune cut at the end allowed) without NUL.
+func isText(head []byte) bool {
+	if bytes.IndexByte(head, 0) >= 0 {
+		return false
+	}
+	for i := 0; i < 3 && len(head) > 0 && !utf8.Valid(head); i++ {
+		head = head[:len(head)-1]
+	}
+	return utf8.Valid(head)
 }
 
 // HeaderUser names the person a browser session of the web UI was opened

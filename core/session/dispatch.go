@@ -5,9 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // run is the dispatcher of one active session: it hands the plan's ready
@@ -15,8 +19,9 @@ import (
 // results.
 type run struct {
 	projectID, sessionID string
-	resume               json.RawMessage // the context to hand the master first, on a resumed session
+	resume               json.RawMessage // a resumed session's context, sent with each of its tasks
 	wake                 chan struct{}
+	summaries            int // session_summary tasks sent, for their ids
 }
 
 func (m *Manager) startRun(projectID, sessionID string, resume json.RawMessage) {
@@ -90,36 +95,17 @@ func (m *Manager) loop(ctx context.Context, r *run) {
 	if agents == nil {
 		return
 	}
-	if r.resume != nil {
-		// Handed to the master as a task: the kernel keeps its input in
-		// working_variables.resume_context. Its id is the session's, so a
-		// restarted dispatcher sends it again without effect.
-		t := AgentTask{TaskID: r.sessionID + ".resume", Type: TypeSessionResume, Input: r.resume,
-			ProjectID: r.projectID, SessionID: r.sessionID}
-		for {
-			_, err := agents.Run(ctx, agents.Master(), t)
-			if err == nil || ctx.Err() != nil {
-				break
-			}
-			if errors.Is(err, ErrAgentCrashed) {
-				m.interrupt(ctx, r, ReasonCrash, err)
-				return
-			}
-			m.log.Warn().Err(err).Str("session", r.sessionID).Msg("handing the resume context to the master; retrying")
-			if !m.sleep(ctx, r) {
-				return
-			}
-		}
-	}
 	for ctx.Err() == nil {
 		st, t := m.next(ctx, r)
 		switch st {
 		case stepDone:
 			m.endSession(context.Background(), r.projectID, r.sessionID, SessionCompleted, "")
 			m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Msgf("session %s completed: every task of project %s is done", r.sessionID, r.projectID)
+			m.refreshSummary(ctx, r, agents)
 			return
 		case stepStuck:
 			m.interrupt(ctx, r, ReasonError, errors.New("a task failed and the rest of the plan depends on it"))
+			m.refreshSummary(ctx, r, agents)
 			return
 		case stepWait:
 			select {
@@ -273,6 +259,9 @@ func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTas
 	}
 	now := m.now().UTC()
 	m.mu.Lock()
+	if t.AgentTaskID == "" {
+		t.AgentTaskID = AgentTaskID(r.projectID, r.sessionID, t.ID, t.Attempt)
+	}
 	if t.Status == TaskPending {
 		t.Status = TaskInProgress
 	}
@@ -282,7 +271,8 @@ func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTas
 	t.SessionID = r.sessionID
 	err := m.store.PutTask(ctx, t)
 	if s, serr := m.store.Session(ctx, r.sessionID); err == nil && serr == nil {
-		s.CurrentPhase, s.CurrentTaskID, s.CurrentAgentRole, s.CurrentAgentType = t.Phase, t.ID, role, agentID
+		s.CurrentPhase, s.CurrentTaskID, s.CurrentAgentRole, s.CurrentAgentType = t.Phase, t.ID, role, agentType(agents, agentID)
+		s.CurrentAgentID = agentID
 		if tasks, terr := m.store.Tasks(ctx, r.projectID); terr == nil {
 			s.ContextSummary = contextSummary(tasks, "")
 		}
@@ -294,10 +284,11 @@ func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTas
 		return m.sleep(ctx, r)
 	}
 	m.saveFiles(ctx, r.projectID, r.sessionID, false)
-	at := AgentTask{TaskID: AgentTaskID(t.ID, t.Attempt), Type: t.TaskType, Input: withFeedback(t.Input, t.Feedback),
-		ProjectID: r.projectID, SessionID: r.sessionID}
-	m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Str("task", at.TaskID).Str("agent", agentID).
-		Msgf("task %s handed to %s", at.TaskID, agentID)
+	at := AgentTask{TaskID: t.AgentTaskID, Type: t.TaskType, Input: withFeedback(t.Input, t.Feedback),
+		ProjectID: r.projectID, SessionID: r.sessionID, ResumeContext: r.resume}
+	m.log.Info().Str("project", r.projectID).Str("session", r.sessionID).Str("task", t.ID).Str("agent_task", at.TaskID).
+		Str("agent", agentID).Msgf("task %s (attempt %d) handed to %s", t.ID, t.Attempt, agentID)
+	before := m.artifactState(r.projectID, r.sessionID)
 	res, err := agents.Run(ctx, agentID, at)
 	switch {
 	case ctx.Err() != nil:
@@ -309,12 +300,85 @@ func (m *Manager) runTask(ctx context.Context, r *run, agents Agents, t *PlanTas
 		m.log.Warn().Err(err).Str("task", at.TaskID).Str("agent", agentID).Msg("task not handed over; retrying")
 		return m.sleep(ctx, r)
 	}
-	m.apply(ctx, r, t, agentID, res)
+	written := changedArtifacts(before, m.artifactState(r.projectID, r.sessionID))
+	m.apply(ctx, r, t, agentID, res, written)
+	m.refreshSummary(ctx, r, agents)
 	return true
 }
 
-// apply records an agent's result for attempt t.Attempt of a task.
-func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string, res AgentResult) {
+// maxSummary bounds the context_summary an agent writes.
+const maxSummary = 2000
+
+// refreshSummary asks the master for the session's context_summary, once
+// a task ended or the session was interrupted: a session_summary task
+// whose input is the counting line (contextSummary). A model writes a
+// summary from it; the echo brain answers the line itself; a failure or an
+// empty answer leaves the line. Bounded in time (SummaryTimeout) and size.
+func (m *Manager) refreshSummary(ctx context.Context, r *run, agents Agents) {
+	m.mu.Lock()
+	tasks, err := m.store.Tasks(ctx, r.projectID)
+	m.mu.Unlock()
+	if err != nil || ctx.Err() != nil {
+		return
+	}
+	s, err := m.store.Session(ctx, r.sessionID)
+	if err != nil {
+		return
+	}
+	fallback := contextSummary(tasks, s.InterruptionReason)
+	in, _ := json.Marshal(fallback)
+	r.summaries++
+	sctx, cancel := context.WithTimeout(ctx, m.o.SummaryTimeout)
+	defer cancel()
+	res, err := agents.Run(sctx, agents.Master(), AgentTask{
+		TaskID: AgentTaskPrefix + r.projectID + ":" + r.sessionID + ":summary:" + itoa(r.summaries), Type: TypeSessionSummary,
+		Input: in, ProjectID: r.projectID, SessionID: r.sessionID, ResumeContext: r.resume})
+	summary := fallback
+	var text string
+	if err == nil && res.Status == "done" && json.Unmarshal(res.Output, &text) == nil && strings.TrimSpace(text) != "" {
+		summary = clipText(strings.TrimSpace(text), maxSummary)
+	} else if err != nil && ctx.Err() == nil {
+		m.log.Debug().Err(err).Str("session", r.sessionID).Msg("no context summary from the master; the counting line stays")
+	}
+	m.mu.Lock()
+	s, err = m.store.Session(ctx, r.sessionID)
+	if err == nil && s.ContextSummary != summary {
+		s.ContextSummary = summary
+		err = m.store.UpdateSession(ctx, s)
+	}
+	m.mu.Unlock()
+	if err != nil {
+		m.log.Error().Err(err).Str("session", r.sessionID).Msg("recording the context summary")
+		return
+	}
+	m.saveFiles(context.Background(), r.projectID, r.sessionID, false)
+}
+
+// clipText cuts s to at most n bytes on a rune boundary, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// agentType is the type of an agent (its template's), or its id when the
+// Agents do not say.
+func agentType(a Agents, id string) string {
+	if at, ok := a.(AgentTyper); ok {
+		if typ := at.AgentType(id); typ != "" {
+			return typ
+		}
+	}
+	return id
+}
+
+// apply records an agent's result for the attempt of t handed under
+// t.AgentTaskID; written names the artifacts the attempt wrote.
+func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string, res AgentResult, written []string) {
 	m.mu.Lock()
 	tasks, err := m.store.Tasks(ctx, r.projectID)
 	if err != nil {
@@ -323,7 +387,7 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 		return
 	}
 	i := indexOf(tasks, t.ID)
-	if i < 0 || tasks[i].Attempt != t.Attempt || tasks[i].Status != TaskInProgress {
+	if i < 0 || tasks[i].Attempt != t.Attempt || tasks[i].AgentTaskID != t.AgentTaskID || tasks[i].Status != TaskInProgress {
 		m.mu.Unlock()
 		return // changed meanwhile (a decision, an update)
 	}
@@ -338,6 +402,13 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 		switch {
 		case aerr == nil:
 			approval = a
+			if a.Status == ApprovalPending {
+				// Requested by a tool while the task ran: the reviewer
+				// sees the result it is asked to decide on.
+				if aerr = m.store.SetApprovalResult(ctx, a.ID, res.Output, written); aerr != nil {
+					m.log.Error().Err(aerr).Int64("approval", a.ID).Msg("recording the result on the approval")
+				}
+			}
 		case errors.Is(aerr, ErrNotFound) && cur.Approval:
 			// The result is stored before the gate opens: whoever sees
 			// the pending approval sees what it is asked to decide on.
@@ -346,9 +417,10 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 				m.log.Error().Err(aerr).Str("task", cur.ID).Msg("recording a task's result")
 				return
 			}
+			art, _ := json.Marshal(nonNil(written))
 			approval, aerr = m.store.InsertApproval(ctx, &Approval{SessionID: r.sessionID, ProjectID: r.projectID, TaskID: cur.ID,
 				Attempt: cur.Attempt, CheckpointType: cur.TaskType, LeaderID: agentID, Status: ApprovalPending, SubmittedAt: now,
-				InstructionContent: cur.Name, WorkerInstructions: json.RawMessage(`[]`), Artifacts: m.artifactList(r)})
+				InstructionContent: cur.Name, WorkerInstructions: json.RawMessage(`[]`), Artifacts: art, Result: res.Output})
 			if aerr != nil {
 				m.log.Error().Err(aerr).Str("task", cur.ID).Msg("recording the approval gate")
 			}
@@ -357,7 +429,7 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 		case approval == nil || approval.Status == ApprovalApproved:
 			cur.Status, cur.CompletedAt = TaskCompleted, &now
 		case approval.Status == ApprovalRejected:
-			cur.Status, cur.Error, cur.CompletedAt = TaskFailed, "rejected at approval", &now
+			cur.Status, cur.Error, cur.CompletedAt = TaskFailed, "rejected at approval "+itoa(int(approval.ID))+feedbackSuffix(approval.Feedback), &now
 			failed = true
 		}
 	default:
@@ -368,6 +440,8 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 		}
 		cur.Result = res.Output
 		failed = true
+		m.autoApproach(ctx, cur, ApproachFailed, cur.Error, res.Error, nil,
+			map[string]any{"type": "agent_result", "agent_id": agentID, "status": res.Status})
 	}
 	if failed {
 		blockDependents(tasks, cur.ID)
@@ -394,23 +468,79 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 	}
 }
 
-// artifactList names the files in the session's artifacts directory.
-func (m *Manager) artifactList(r *run) json.RawMessage {
-	dir := m.lay.Artifacts(r.projectID, r.sessionID)
-	var names []string
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// autoApproach records what an attempt of t taught, without a model having
+// to call approach_record: a failed approach when its agent failed it or a
+// reviewer rejected it or asked for a revision, a verified one when a
+// reviewer approved it. Its id is derived from the task and the attempt,
+// so recording it again replaces it. m.mu is held; the caller writes
+// approaches.json (saveFiles with all).
+func (m *Manager) autoApproach(ctx context.Context, t *PlanTask, kind, reason, errText string, learnings []string, evidence map[string]any) {
+	details, _ := json.Marshal(map[string]any{"task_id": t.ID, "attempt": t.Attempt, "agent_task_id": t.AgentTaskID, "input": t.Input})
+	ev, _ := json.Marshal(evidence)
+	a := Approach{Category: t.TaskType, Date: m.now().UTC().Format("2006-01-02"),
+		Description: fmt.Sprintf("%s (%s), attempt %d", t.Name, t.ID, t.Attempt), Details: details, Evidence: ev, Learnings: learnings}
+	yes := true
+	if kind == ApproachFailed {
+		a.ID = "approach_f_" + t.ID + "_" + itoa(t.Attempt)
+		a.FailureReason, a.Error, a.Avoid = reason, errText, &yes
+	} else {
+		a.ID = "approach_v_" + t.ID + "_" + itoa(t.Attempt)
+		a.Reusable = &yes
+	}
+	if err := m.store.PutApproach(ctx, t.ProjectID, t.SessionID, kind, a, m.now()); err != nil {
+		m.log.Error().Err(err).Str("task", t.ID).Msg("recording the attempt's approach")
+		return
+	}
+	m.log.Info().Str("project", t.ProjectID).Str("session", t.SessionID).Str("approach", a.ID).Str("kind", kind).
+		Msgf("approach %s recorded (%s) for %s attempt %d", a.ID, kind, t.ID, t.Attempt)
+}
+
+// artifactStamp is what tells a file changed: its size and modification time.
+type artifactStamp struct {
+	size int64
+	mod  time.Time
+}
+
+// artifactState lists the session's artifacts directory: the path of each
+// file relative to the data directory, with its stamp.
+func (m *Manager) artifactState(projectID, sessionID string) map[string]artifactStamp {
+	dir := m.lay.Artifacts(projectID, sessionID)
+	out := map[string]artifactStamp{}
 	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() {
-			if rel, rerr := filepath.Rel(m.lay.Data, p); rerr == nil {
-				names = append(names, filepath.ToSlash(rel))
-			}
+		if err != nil || d.IsDir() || !d.Type().IsRegular() {
+			return nil
+		}
+		info, ierr := d.Info()
+		if ierr != nil {
+			return nil
+		}
+		if rel, rerr := filepath.Rel(m.lay.Data, p); rerr == nil {
+			out[filepath.ToSlash(rel)] = artifactStamp{info.Size(), info.ModTime()}
 		}
 		return nil
 	})
-	if names == nil {
-		names = []string{}
+	return out
+}
+
+// changedArtifacts names the files of after that are new or changed since
+// before, sorted: what the attempt that ran between them wrote (a
+// session's tasks run one at a time).
+func changedArtifacts(before, after map[string]artifactStamp) []string {
+	var out []string
+	for p, st := range after {
+		if b, ok := before[p]; !ok || b != st {
+			out = append(out, p)
+		}
 	}
-	b, _ := json.Marshal(names)
-	return b
+	sort.Strings(out)
+	return out
 }
 
 // withFeedback gives a revised task its feedback: appended to a text

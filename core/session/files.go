@@ -54,6 +54,12 @@ func (l Layout) RemainingFile(p, s string) string {
 	return filepath.Join(l.SessionDir(p, s), "remaining_tasks.json")
 }
 
+// ResumeContextFile is …/resume_context.json: the context a resumed
+// session's tasks carry, as it was handed.
+func (l Layout) ResumeContextFile(p, s string) string {
+	return filepath.Join(l.SessionDir(p, s), "resume_context.json")
+}
+
 // Artifacts is …/artifacts, where the session's tools write.
 func (l Layout) Artifacts(p, s string) string { return filepath.Join(l.SessionDir(p, s), "artifacts") }
 
@@ -301,6 +307,14 @@ func writeJSONFile(path string, v any) error {
 		return err
 	}
 	return atomicfile.WriteFile(path, append(data, '\n'), 0o600)
+}
+
+// writeRawFile writes JSON bytes atomically with mode 0600.
+func writeRawFile(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(path, append(append([]byte{}, data...), '\n'), 0o600)
 }
 
 // mkdirs makes the session's directories 0700 whatever the umask.

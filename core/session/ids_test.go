@@ -72,14 +72,30 @@ func TestValidateIDs(t *testing.T) {
 }
 
 func TestAgentTaskID(t *testing.T) {
-	for _, tc := range []struct {
-		id      string
-		attempt int
-		want    string
-	}{{"task_p1_a_001", 0, "task_p1_a_001"}, {"task_p1_a_001", 2, "task_p1_a_001.r2"}} {
-		got := AgentTaskID(tc.id, tc.attempt)
-		if got != tc.want || PlanTaskOf(got) != tc.id {
-			t.Errorf("AgentTaskID(%s, %d) = %s, PlanTaskOf = %s", tc.id, tc.attempt, got, PlanTaskOf(got))
+	const p, sid = "proj_20240115_a1b2c3", "sess_20240115143000_x1y2z3"
+	got := AgentTaskID(p, sid, "task_p1_a_001", 2)
+	if got != "plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:task_p1_a_001:2" {
+		t.Fatalf("AgentTaskID = %s", got)
+	}
+	gp, gs, gt, ga, ok := ParseAgentTaskID(got)
+	if !ok || gp != p || gs != sid || gt != "task_p1_a_001" || ga != 2 || PlanTaskOf(got) != "task_p1_a_001" {
+		t.Fatalf("ParseAgentTaskID(%s) = %s %s %s %d %v", got, gp, gs, gt, ga, ok)
+	}
+	// The longest plan task id fits an agent's task id limit (128 bytes).
+	long := AgentTaskID(p, sid, "task_p999_"+strings.Repeat("x", 32)+"_999", 999)
+	if len(long) > 128 {
+		t.Fatalf("%d bytes: %s", len(long), long)
+	}
+	for _, bad := range []string{"plan:", "plan:x:y:z:1", "plan:" + p + ":" + sid + ":task_p1_a_001:01",
+		"plan:" + p + ":" + sid + ":task_p1_a_001:-1", "plan:" + p + ":" + sid + ":task_p1_a_001", "task_p1_a_001"} {
+		if _, _, _, _, ok := ParseAgentTaskID(bad); ok {
+			t.Errorf("ParseAgentTaskID(%q) accepted", bad)
+		}
+	}
+	// The form of older versions.
+	for _, tc := range []struct{ id, plan string }{{"task_p1_a_001", "task_p1_a_001"}, {"task_p1_a_001.r2", "task_p1_a_001"}} {
+		if PlanTaskOf(tc.id) != tc.plan {
+			t.Errorf("PlanTaskOf(%s) = %s", tc.id, PlanTaskOf(tc.id))
 		}
 	}
 }

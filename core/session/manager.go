@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/jsonclip"
 )
 
 // Agents is how the manager hands plan tasks to agents (the daemon
@@ -29,6 +31,12 @@ type Agents interface {
 	Run(ctx context.Context, agentID string, t AgentTask) (AgentResult, error)
 }
 
+// AgentTyper is what Agents may add: the type of an agent (its template's
+// type, such as "code"), which sessions record as current_agent_type.
+type AgentTyper interface {
+	AgentType(agentID string) string
+}
+
 // ErrAgentCrashed is returned by Agents.Run when the agent's process ended
 // without a clean stop while it held the task.
 var ErrAgentCrashed = errors.New("agent crashed")
@@ -40,6 +48,9 @@ type AgentTask struct {
 	Input     json.RawMessage `json:"input"`
 	ProjectID string          `json:"project_id"`
 	SessionID string          `json:"session_id"`
+	// ResumeContext is the context of the resumed session the task belongs
+	// to, sent with each of its tasks whichever agent runs it.
+	ResumeContext json.RawMessage `json:"resume_context,omitempty"`
 }
 
 // AgentResult is an agent's result for an AgentTask.
@@ -54,6 +65,10 @@ type AgentResult struct {
 // as resume_context.
 const TypeSessionResume = "session_resume"
 
+// TypeSessionSummary is the type of the task that asks the master for a
+// session's context_summary (agent.TaskTypeSessionSummary).
+const TypeSessionSummary = "session_summary"
+
 // Options configure a Manager.
 type Options struct {
 	Data string // the data directory
@@ -66,6 +81,9 @@ type Options struct {
 	// PollInterval paces the dispatcher's retries while an agent is not
 	// reachable; default 200ms.
 	PollInterval time.Duration
+	// SummaryTimeout bounds the wait for the master's context summary;
+	// default 60s.
+	SummaryTimeout time.Duration
 }
 
 // Manager is session continuity: it owns sessions.db and the project
@@ -106,6 +124,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	}
 	if o.PollInterval <= 0 {
 		o.PollInterval = 200 * time.Millisecond
+	}
+	if o.SummaryTimeout <= 0 {
+		o.SummaryTimeout = time.Minute
 	}
 	m := &Manager{o: o, log: o.Log, now: o.Now, lay: Layout{Data: o.Data}, runs: map[string]*run{}}
 	m.life, m.stop = context.WithCancel(context.Background())
@@ -158,8 +179,7 @@ func (m *Manager) getAgents() Agents {
 // interrupted with reason shutdown (resumable); without, they are left
 // open for the next boot's scan.
 func (m *Manager) Close(clean bool) error {
-	m.stop()
-	m.wg.Wait()
+	m.StopDispatch()
 	if clean {
 		ctx := context.Background()
 		open, err := m.store.OpenSessions(ctx)
@@ -172,9 +192,19 @@ func (m *Manager) Close(clean bool) error {
 	return m.store.Close()
 }
 
+// StopDispatch stops every dispatcher and waits for them, without ending
+// their sessions: a clean stop calls it before it stops the agents, so that
+// an agent stopping under a task is not taken for a crash; Close(true) then
+// records the sessions interrupted with reason shutdown. Idempotent.
+func (m *Manager) StopDispatch() {
+	m.stop()
+	m.wg.Wait()
+}
+
 // ScanInterrupted marks every session without ended_at interrupted with
-// reason (crash or power_loss, from the boot journal), saves its files,
-// and returns them. It runs at boot before any dispatch.
+// reason (crash or power_loss, from the boot journal), ended at the last
+// moment it was known alive (lastAlive), saves its files, and returns
+// them. It runs at boot before any dispatch.
 func (m *Manager) ScanInterrupted(ctx context.Context, reason string) ([]Session, error) {
 	open, err := m.store.OpenSessions(ctx)
 	if err != nil {
@@ -182,7 +212,7 @@ func (m *Manager) ScanInterrupted(ctx context.Context, reason string) ([]Session
 	}
 	for i := range open {
 		s := &open[i]
-		m.endSession(ctx, s.ProjectID, s.ID, SessionInterrupted, reason)
+		m.endSessionAt(ctx, s.ProjectID, s.ID, SessionInterrupted, reason, m.lastAlive(ctx, s))
 		m.log.Warn().Str("project", s.ProjectID).Str("session", s.ID).Str("reason", reason).
 			Msgf("session %s of project %s was interrupted (%s); resume it with `openstarry session resume %s`", s.ID, s.ProjectID, reason, s.ID)
 		s.Status, s.InterruptionReason = SessionInterrupted, reason
@@ -314,23 +344,36 @@ func (m *Manager) View(ctx context.Context, projectID string) (*ProjectView, err
 	if err != nil {
 		return nil, err
 	}
+	master := "master"
+	if a := m.getAgents(); a != nil {
+		master = a.Master()
+	}
+	for i := range tasks {
+		t := &tasks[i]
+		if t.AssignedTo == "" || t.AssignedTo == master {
+			t.Role, t.Agent = RoleLeader, master
+		} else {
+			t.Role, t.Agent = RoleWorker, t.AssignedTo
+		}
+	}
 	return &ProjectView{Project: *p, Tasks: tasks, Sessions: sessions, Progress: progressOf(tasks)}, nil
 }
 
+// progressOf is the one measure of a plan's progress, which the API, the
+// command line and the web UI show as they get it: the tasks completed out
+// of all, and percent = 100 × completed / total, rounded down. A task in
+// progress, waiting for its approval, failed or blocked counts as not
+// completed, whatever its own progress_percent.
 func progressOf(tasks []PlanTask) ProgressView {
 	pv := ProgressView{Total: len(tasks), ByStatus: map[string]int{}}
-	sum := 0
 	for _, t := range tasks {
 		pv.ByStatus[t.Status]++
 		if t.Status == TaskCompleted {
 			pv.Completed++
-			sum += 100
-		} else {
-			sum += t.ProgressPercent
 		}
 	}
 	if len(tasks) > 0 {
-		pv.Percent = sum / len(tasks)
+		pv.Percent = pv.Completed * 100 / len(tasks)
 	}
 	return pv
 }
@@ -343,6 +386,9 @@ type SessionView struct {
 	Tasks      []PlanTask          `json:"tasks"`
 	Approvals  []Approval          `json:"approvals"`
 	Approaches *ApproachesFileJSON `json:"approaches"`
+	// ResumeContext is the context a resumed session's tasks carry (its
+	// resume_context.json); absent for a session that was not a resume.
+	ResumeContext json.RawMessage `json:"resume_context,omitempty"`
 }
 
 // SessionDetail returns one session of a project.
@@ -372,6 +418,9 @@ func (m *Manager) SessionDetail(ctx context.Context, projectID, sessionID string
 		if a.SessionID == sessionID {
 			v.Approvals = append(v.Approvals, a)
 		}
+	}
+	if raw, rerr := os.ReadFile(m.lay.ResumeContextFile(projectID, sessionID)); rerr == nil && json.Valid(raw) {
+		v.ResumeContext = raw
 	}
 	v.Approaches, err = m.approachesFile(ctx, projectID, sessionID)
 	return v, err
@@ -473,10 +522,13 @@ func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*Res
 	now := m.now().UTC()
 	child := &Session{ID: NewSessionID(now), ProjectID: projectID, ParentSessionID: sessionID, Status: SessionActive,
 		StartedAt: now, CurrentPhase: parent.CurrentPhase, CurrentTaskID: parent.CurrentTaskID,
-		CurrentAgentRole: parent.CurrentAgentRole, CurrentAgentType: parent.CurrentAgentType,
+		CurrentAgentRole: parent.CurrentAgentRole, CurrentAgentType: parent.CurrentAgentType, CurrentAgentID: parent.CurrentAgentID,
 		ContextSummary: "resumed from " + sessionID + ": " + parent.ContextSummary}
 	m.mu.Lock()
-	err = m.store.StartChild(ctx, sessionID, child)
+	moved, err := m.childTasks(ctx, projectID, child.ID)
+	if err == nil {
+		err = m.store.StartChild(ctx, sessionID, child, moved)
+	}
 	m.mu.Unlock()
 	if err != nil {
 		return nil, err
@@ -487,11 +539,57 @@ func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*Res
 	m.saveFiles(ctx, projectID, sessionID, true)
 	m.saveFiles(ctx, projectID, child.ID, true)
 	raw, _ := json.Marshal(rc)
+	// Bounded, so that every task that carries it stays far below an
+	// agent's task size limit; cut so that it stays JSON.
+	raw, _ = jsonclip.Clip(raw, MaxResumeContext)
+	if err := writeRawFile(m.lay.ResumeContextFile(projectID, child.ID), raw); err != nil {
+		m.log.Error().Err(err).Str("session", child.ID).Msg("resume_context.json not written; the dispatcher holds the context")
+	}
 	m.log.Info().Str("project", projectID).Str("session", child.ID).Str("parent", sessionID).
 		Int("remaining", len(rc.RemainingTasks)).Msgf("session %s resumed as %s", sessionID, child.ID)
 	m.startRun(projectID, child.ID, raw)
 	return &ResumeResult{Session: *child, ResumeContext: raw}, nil
 }
+
+// childTasks returns the tasks a resumed session takes over: every task
+// not completed. A failed or blocked task that had been handed to an agent
+// is retried as a new attempt: a new agent task id (the agent runs it
+// again rather than answering with the old result), a gate that asks
+// again (a new pending approval, not the decision on the old attempt),
+// the feedback of a rejection given to the retry. A task in progress keeps
+// its attempt and its agent task id: its agent answers with the result of
+// the run it already has, and runs it only if it never got it. m.mu is
+// held.
+func (m *Manager) childTasks(ctx context.Context, projectID, childID string) ([]PlanTask, error) {
+	tasks, err := m.store.Tasks(ctx, projectID)
+	if err != nil {
+		return nil, err
+	}
+	var out []PlanTask
+	for _, t := range tasks {
+		if t.Status == TaskCompleted {
+			continue
+		}
+		t.SessionID, t.State = childID, ""
+		if t.Status == TaskFailed || t.Status == TaskBlocked {
+			if t.StartedAt != nil {
+				if a, aerr := m.store.approvalFor(ctx, projectID, t.ID, t.Attempt, false); aerr == nil &&
+					a.Status == ApprovalRejected && a.Feedback != "" {
+					t.Feedback = a.Feedback
+				}
+				t.Attempt++
+				t.AgentTaskID, t.StartedAt = "", nil
+			}
+			t.Status, t.Error, t.Result, t.ProgressPercent, t.CompletedAt = TaskPending, "", nil, 0, nil
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// MaxResumeContext bounds the resume context a resumed session's tasks
+// carry (a model is shown at most 8 KiB of it).
+const MaxResumeContext = 64 << 10
 
 // ResumeContext is the context a resumed session starts from (the
 // specification's build_resume_context, with the approvals beside it).
@@ -607,15 +705,23 @@ func (m *Manager) applyDecision(ctx context.Context, a *Approval) (string, error
 	}
 	t := &tasks[i]
 	now := m.now().UTC()
+	var learnings []string
+	if a.Feedback != "" {
+		learnings = []string{a.Feedback}
+	}
+	evidence := map[string]any{"type": "human_approval", "approval_id": a.ID, "comment": a.Feedback, "decided_by": a.DecidedBy}
 	switch a.Status {
 	case ApprovalApproved:
 		t.Status, t.ProgressPercent, t.CompletedAt = TaskCompleted, 100, &now
+		m.autoApproach(ctx, t, ApproachVerified, "", "", learnings, evidence)
 	case ApprovalRejected:
 		t.Status, t.Error, t.CompletedAt = TaskFailed, "rejected at approval "+fmt.Sprint(a.ID)+feedbackSuffix(a.Feedback), &now
 		blockDependents(tasks, t.ID)
+		m.autoApproach(ctx, t, ApproachFailed, "rejected at approval "+fmt.Sprint(a.ID)+feedbackSuffix(a.Feedback), "", learnings, evidence)
 	case ApprovalRevision:
+		m.autoApproach(ctx, t, ApproachFailed, "revision requested at approval "+fmt.Sprint(a.ID)+feedbackSuffix(a.Feedback), "", learnings, evidence)
 		t.Attempt++
-		t.Feedback, t.ProgressPercent, t.Result = a.Feedback, 0, nil
+		t.Feedback, t.ProgressPercent, t.Result, t.AgentTaskID = a.Feedback, 0, nil, ""
 	}
 	if err := m.store.PutTasks(ctx, tasks); err != nil {
 		return "", err
@@ -663,7 +769,7 @@ func (m *Manager) RequestApproval(ctx context.Context, req *ApprovalRequest) (*A
 		return nil, err
 	}
 	a, err := m.store.InsertApproval(ctx, &Approval{SessionID: req.SessionID, ProjectID: req.ProjectID, TaskID: t.ID,
-		Attempt: t.Attempt, CheckpointType: req.CheckpointType, LeaderID: req.LeaderID, Status: ApprovalPending,
+		Attempt: attemptOf(req.TaskID, t), CheckpointType: req.CheckpointType, LeaderID: req.LeaderID, Status: ApprovalPending,
 		SubmittedAt: m.now().UTC(), InstructionContent: req.InstructionContent,
 		WorkerInstructions: req.WorkerInstructions, Artifacts: req.Artifacts})
 	if err != nil {
@@ -702,7 +808,7 @@ func (m *Manager) requestUnknownOutcome(ctx context.Context, req *UnknownOutcome
 	}
 	instr, _ := json.Marshal([]map[string]any{{"tool": req.Tool, "args": json.RawMessage(args)}})
 	a, err := m.store.InsertApproval(ctx, &Approval{SessionID: req.SessionID, ProjectID: req.ProjectID, TaskID: t.ID,
-		Attempt: t.Attempt, CheckpointType: CheckpointUnknownOutcome, LeaderID: req.LeaderID, Status: ApprovalPending,
+		Attempt: attemptOf(req.TaskID, t), CheckpointType: CheckpointUnknownOutcome, LeaderID: req.LeaderID, Status: ApprovalPending,
 		SubmittedAt: m.now().UTC(),
 		InstructionContent: fmt.Sprintf("agent %s stopped (crash or power loss) while %s of task %s was running: it may or may not "+
 			"have taken effect, and it is not run again by itself. Check, then approve to let the agent go on (your feedback is "+
@@ -714,6 +820,15 @@ func (m *Manager) requestUnknownOutcome(ctx context.Context, req *UnknownOutcome
 	m.log.Warn().Int64("approval", a.ID).Str("project", a.ProjectID).Str("task", a.TaskID).Str("agent", req.LeaderID).Str("tool", req.Tool).
 		Msgf("approval %d: the outcome of %s in %s is unknown after a crash; waiting for a decision", a.ID, req.Tool, a.TaskID)
 	return a, nil
+}
+
+// attemptOf is the attempt an agent task id was handed for (the task's
+// current attempt for an id of the older form).
+func attemptOf(agentTaskID string, t *PlanTask) int {
+	if _, _, _, n, ok := ParseAgentTaskID(agentTaskID); ok {
+		return n
+	}
+	return t.Attempt
 }
 
 // planTask finds the plan task of an agent task id in a project.

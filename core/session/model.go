@@ -2,6 +2,8 @@ package session
 
 import (
 	"encoding/json"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -85,7 +87,8 @@ type Session struct {
 	InterruptionReason string     `json:"interruption_reason,omitempty"`
 	CurrentPhase       int        `json:"current_phase"`
 	CurrentAgentRole   string     `json:"current_agent_role,omitempty"`
-	CurrentAgentType   string     `json:"current_agent_type,omitempty"`
+	CurrentAgentType   string     `json:"current_agent_type,omitempty"` // the agent's type (its template's type)
+	CurrentAgentID     string     `json:"current_agent_id,omitempty"`
 	CurrentTaskID      string     `json:"current_task_id,omitempty"`
 	ContextSummary     string     `json:"context_summary,omitempty"`
 }
@@ -107,25 +110,65 @@ type PlanTask struct {
 	DependsOn       []string        `json:"depends_on"`
 	Approval        bool            `json:"approval,omitempty"`
 	Attempt         int             `json:"attempt"`
-	Feedback        string          `json:"feedback,omitempty"`
-	StartedAt       *time.Time      `json:"started_at,omitempty"`
-	CompletedAt     *time.Time      `json:"completed_at,omitempty"`
-	Result          json.RawMessage `json:"result,omitempty"`
-	Error           string          `json:"error,omitempty"`
+	// AgentTaskID is the id the current attempt was handed to its agent
+	// under (AgentTaskID), set when it is first handed; empty before.
+	AgentTaskID string          `json:"agent_task_id,omitempty"`
+	Feedback    string          `json:"feedback,omitempty"`
+	StartedAt   *time.Time      `json:"started_at,omitempty"`
+	CompletedAt *time.Time      `json:"completed_at,omitempty"`
+	Result      json.RawMessage `json:"result,omitempty"`
+	Error       string          `json:"error,omitempty"`
+	// Role and Agent say who runs the task: LEADER and the master's id, or
+	// WORKER and the worker's; filled when a project is read (GET
+	// /projects/{id}), not stored.
+	Role  string `json:"role,omitempty"`
+	Agent string `json:"agent,omitempty"`
 }
 
-// AgentTaskID is the id under which attempt n of plan task id is handed to
-// an agent: the plan id itself, then id.r1, id.r2 for revisions. An agent
-// runs a task id once; a resend is answered from its record.
-func AgentTaskID(id string, attempt int) string {
-	if attempt == 0 {
+// AgentTaskPrefix opens every agent task id of a plan task: a namespace
+// the agents keep for the daemon's dispatcher (agent.PlanTaskPrefix, the
+// same string). A task sent straight to an agent (HTTP, MQTT, a webhook, a
+// delegation) with an id in it is refused, so it can never pre-empt a plan
+// task by choosing its id.
+const AgentTaskPrefix = "plan:"
+
+// AgentTaskID is the id under which attempt n of plan task id, first
+// handed by session sessionID of project projectID, goes to an agent:
+// plan:{project_id}:{session_id}:{task_id}:{attempt}. It is unique per
+// project, session and attempt, so an agent's answer for an id it has seen
+// (the result it recorded) is always that attempt's. The dispatcher keeps
+// it with the task (PlanTask.AgentTaskID) while the attempt lasts: a task
+// handed again, by a restarted dispatcher or a resumed session, goes under
+// the same id and is not run twice.
+func AgentTaskID(projectID, sessionID, id string, attempt int) string {
+	return AgentTaskPrefix + projectID + ":" + sessionID + ":" + id + ":" + itoa(attempt)
+}
+
+// ParseAgentTaskID splits an agent task id of the plan: namespace; ok is
+// false for any other id.
+func ParseAgentTaskID(s string) (projectID, sessionID, taskID string, attempt int, ok bool) {
+	rest, found := strings.CutPrefix(s, AgentTaskPrefix)
+	if !found {
+		return "", "", "", 0, false
+	}
+	parts := strings.Split(rest, ":")
+	if len(parts) != 4 || ValidateProjectID(parts[0]) != nil || ValidateSessionID(parts[1]) != nil ||
+		ValidatePlanTaskID(parts[2]) != nil {
+		return "", "", "", 0, false
+	}
+	n, err := strconv.Atoi(parts[3])
+	if err != nil || n < 0 || strconv.Itoa(n) != parts[3] {
+		return "", "", "", 0, false
+	}
+	return parts[0], parts[1], parts[2], n, true
+}
+
+// PlanTaskOf returns the plan task id of an agent task id (of the plan:
+// namespace, or of the older form).
+func PlanTaskOf(agentTaskID string) string {
+	if _, _, id, _, ok := ParseAgentTaskID(agentTaskID); ok {
 		return id
 	}
-	return id + ".r" + itoa(attempt)
-}
-
-// PlanTaskOf returns the plan task id of an agent task id.
-func PlanTaskOf(agentTaskID string) string {
 	for i := len(agentTaskID) - 1; i > 0; i-- {
 		if agentTaskID[i] == '.' {
 			if i+1 < len(agentTaskID) && agentTaskID[i+1] == 'r' {
@@ -142,13 +185,17 @@ func itoa(n int) string {
 	return string(b)
 }
 
-// Revision is one entry of an approval's revision_history.
+// Revision is one entry of an approval's revision_history: one round of
+// review of a task. The approval of a task's later attempt carries the
+// rounds of the earlier ones, oldest first.
 type Revision struct {
-	At       time.Time `json:"at"`
-	Status   string    `json:"status"`
-	Feedback string    `json:"feedback,omitempty"`
-	Attempt  int       `json:"attempt"`
-	By       string    `json:"by,omitempty"` // who decided
+	At         time.Time       `json:"at"`
+	Status     string          `json:"status"`
+	Feedback   string          `json:"feedback,omitempty"`
+	Attempt    int             `json:"attempt"`
+	By         string          `json:"by,omitempty"`          // who decided
+	ApprovalID int64           `json:"approval_id,omitempty"` // the approval of that round
+	Result     json.RawMessage `json:"result,omitempty"`      // what the attempt under review produced
 }
 
 // Approval is a row of the human_approvals table.
@@ -168,6 +215,9 @@ type Approval struct {
 	WorkerInstructions json.RawMessage `json:"worker_instructions"`
 	Artifacts          json.RawMessage `json:"artifacts"`
 	RevisionHistory    []Revision      `json:"revision_history"`
+	// Result is the result of the attempt under review (its agent's
+	// output), set when the attempt is done.
+	Result json.RawMessage `json:"result,omitempty"`
 	// DecidedBy names who took the decision: the name a person gave, or
 	// the address it came from when they gave none.
 	DecidedBy string `json:"decided_by,omitempty"`

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 )
 
 // writeProjectFile writes project.json.
@@ -51,7 +52,11 @@ func (m *Manager) checkpointOf(ctx context.Context, projectID, sessionID string)
 	}
 	cp.CurrentState.Phase = s.CurrentPhase
 	if s.CurrentAgentRole != "" {
-		cp.CurrentState.ActiveAgent = &ActiveAgent{Role: s.CurrentAgentRole, Type: s.CurrentAgentType, AgentID: s.CurrentAgentType}
+		id := s.CurrentAgentID
+		if id == "" {
+			id = s.CurrentAgentType // a session of a version that did not record the agent's id
+		}
+		cp.CurrentState.ActiveAgent = &ActiveAgent{Role: s.CurrentAgentRole, Type: s.CurrentAgentType, AgentID: id}
 	}
 	for _, a := range aps {
 		if a.SessionID == sessionID {
@@ -395,13 +400,57 @@ func (m *Manager) rebuildProject(ctx context.Context, projectID string) error {
 	return nil
 }
 
+// lastAlive is the last moment a session left open by a process that died
+// was known to be alive: the newest of its start, its checkpoint's
+// timestamp (written at every event and periodically), and the times of
+// its tasks and approvals. A crash's ended_at is that moment, not the next
+// boot's.
+func (m *Manager) lastAlive(ctx context.Context, s *Session) time.Time {
+	last := s.StartedAt
+	later := func(t *time.Time) {
+		if t != nil && t.After(last) {
+			last = *t
+		}
+	}
+	if data, err := os.ReadFile(m.lay.Checkpoint(s.ProjectID, s.ID)); err == nil {
+		if cp, err := DecodeCheckpoint(data); err == nil && cp.SessionID == s.ID {
+			later(&cp.Timestamp)
+		}
+	}
+	if tasks, err := m.store.Tasks(ctx, s.ProjectID); err == nil {
+		for _, t := range tasks {
+			if t.SessionID == s.ID {
+				later(t.StartedAt)
+				later(t.CompletedAt)
+			}
+		}
+	}
+	if aps, err := m.store.Approvals(ctx, s.ProjectID, ""); err == nil {
+		for _, a := range aps {
+			if a.SessionID == s.ID {
+				later(&a.SubmittedAt)
+				later(a.ResolvedAt)
+			}
+		}
+	}
+	return last
+}
+
 // endSession ends a session: ended_at, status, reason, a fresh summary,
 // and every file.
 func (m *Manager) endSession(ctx context.Context, projectID, sessionID, status, reason string) {
+	m.endSessionAt(ctx, projectID, sessionID, status, reason, time.Time{})
+}
+
+// endSessionAt is endSession with the time it ended (zero: now).
+func (m *Manager) endSessionAt(ctx context.Context, projectID, sessionID, status, reason string, at time.Time) {
 	m.mu.Lock()
 	s, err := m.store.Session(ctx, sessionID)
 	if err == nil && s.EndedAt == nil {
 		now := m.now().UTC()
+		if !at.IsZero() && at.Before(now) {
+			now = at.UTC()
+		}
 		s.EndedAt, s.Status, s.InterruptionReason = &now, status, reason
 		if tasks, terr := m.store.Tasks(ctx, projectID); terr == nil {
 			s.ContextSummary = contextSummary(tasks, reason)

@@ -112,6 +112,15 @@ var migrations = []string{
 	// approval_request tool's), and the decision on an unknown outcome.
 	`DROP INDEX approvals_task;
 	CREATE UNIQUE INDEX approvals_task ON human_approvals(project_id, task_id, attempt, checkpoint_type = 'unknown_outcome') WHERE task_id != '';`,
+	// The id an attempt was handed to its agent under (plan:…), kept while
+	// the attempt lasts (a task an older version handed keeps the id it
+	// was given then: id, id.r1, …); the result an approval is asked to
+	// decide on; the id of the agent a session's current task runs on.
+	`ALTER TABLE tasks ADD COLUMN agent_task_id TEXT;
+	ALTER TABLE human_approvals ADD COLUMN result JSON;
+	ALTER TABLE sessions ADD COLUMN current_agent_id TEXT;
+	UPDATE tasks SET agent_task_id = CASE WHEN attempt = 0 THEN id ELSE id || '.r' || attempt END
+		WHERE status = 'in_progress' AND started_at IS NOT NULL;`,
 }
 
 // Store is DATA/sessions.db. Every method is safe for concurrent use; each
@@ -274,11 +283,12 @@ type execer interface {
 
 func insertSession(ctx context.Context, tx execer, x *Session) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, project_id, parent_session_id, started_at, ended_at,
-		interruption_reason, current_phase, current_agent_role, current_agent_type, current_task_id, context_summary, status)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?)`,
+		interruption_reason, current_phase, current_agent_role, current_agent_type, current_task_id, context_summary, status,
+		current_agent_id)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		x.ID, x.ProjectID, nullStr(x.ParentSessionID), ts(x.StartedAt), tsp(x.EndedAt), nullStr(x.InterruptionReason),
 		x.CurrentPhase, nullStr(x.CurrentAgentRole), nullStr(x.CurrentAgentType), nullStr(x.CurrentTaskID),
-		nullStr(x.ContextSummary), x.Status)
+		nullStr(x.ContextSummary), x.Status, nullStr(x.CurrentAgentID))
 	if err != nil {
 		return fmt.Errorf("insert session %s: %w", x.ID, err)
 	}
@@ -288,9 +298,9 @@ func insertSession(ctx context.Context, tx execer, x *Session) error {
 // UpdateSession writes every column of a session.
 func (s *Store) UpdateSession(ctx context.Context, x *Session) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET ended_at=?, interruption_reason=?, current_phase=?,
-		current_agent_role=?, current_agent_type=?, current_task_id=?, context_summary=?, status=? WHERE id=?`,
+		current_agent_role=?, current_agent_type=?, current_task_id=?, context_summary=?, status=?, current_agent_id=? WHERE id=?`,
 		tsp(x.EndedAt), nullStr(x.InterruptionReason), x.CurrentPhase, nullStr(x.CurrentAgentRole),
-		nullStr(x.CurrentAgentType), nullStr(x.CurrentTaskID), nullStr(x.ContextSummary), x.Status, x.ID)
+		nullStr(x.CurrentAgentType), nullStr(x.CurrentTaskID), nullStr(x.ContextSummary), x.Status, nullStr(x.CurrentAgentID), x.ID)
 	if err != nil {
 		return fmt.Errorf("update session %s: %w", x.ID, err)
 	}
@@ -302,14 +312,14 @@ func (s *Store) UpdateSession(ctx context.Context, x *Session) error {
 
 const sessionCols = `id, project_id, COALESCE(parent_session_id,''), started_at, ended_at, COALESCE(interruption_reason,''),
 	COALESCE(current_phase,0), COALESCE(current_agent_role,''), COALESCE(current_agent_type,''),
-	COALESCE(current_task_id,''), COALESCE(context_summary,''), status`
+	COALESCE(current_task_id,''), COALESCE(context_summary,''), status, COALESCE(current_agent_id,'')`
 
 func scanSession(sc interface{ Scan(...any) error }) (Session, error) {
 	var x Session
 	var started string
 	var ended sql.NullString
 	err := sc.Scan(&x.ID, &x.ProjectID, &x.ParentSessionID, &started, &ended, &x.InterruptionReason,
-		&x.CurrentPhase, &x.CurrentAgentRole, &x.CurrentAgentType, &x.CurrentTaskID, &x.ContextSummary, &x.Status)
+		&x.CurrentPhase, &x.CurrentAgentRole, &x.CurrentAgentType, &x.CurrentTaskID, &x.ContextSummary, &x.Status, &x.CurrentAgentID)
 	if t := parseTS(sql.NullString{String: started, Valid: true}); t != nil {
 		x.StartedAt = *t
 	}
@@ -361,10 +371,11 @@ func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
 	return &x, nil
 }
 
-// StartChild marks parent resumed and inserts child, whose remaining (not
-// completed) tasks move to it, in one transaction. ErrConflict when the
-// parent is not interrupted (a concurrent resume took it).
-func (s *Store) StartChild(ctx context.Context, parentID string, child *Session) error {
+// StartChild marks parent resumed and inserts child, and writes the tasks
+// it takes over (moved to it, retried ones as new attempts), in one
+// transaction. ErrConflict when the parent is not interrupted (a
+// concurrent resume took it).
+func (s *Store) StartChild(ctx context.Context, parentID string, child *Session, tasks []PlanTask) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -380,13 +391,10 @@ func (s *Store) StartChild(ctx context.Context, parentID string, child *Session)
 	if err := insertSession(ctx, tx, child); err != nil {
 		return err
 	}
-	// Failed and blocked tasks get another chance in the new session;
-	// completed ones stay with the session that did them.
-	if _, err := tx.ExecContext(ctx, `UPDATE tasks SET session_id = ?,
-		status = CASE WHEN status IN ('failed','blocked') THEN 'pending' ELSE status END,
-		error = CASE WHEN status IN ('failed','blocked') THEN NULL ELSE error END
-		WHERE project_id = ? AND status != 'completed'`, child.ID, child.ProjectID); err != nil {
-		return err
+	for i := range tasks {
+		if err := putTask(ctx, tx, &tasks[i]); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
 }
@@ -399,17 +407,17 @@ func putTask(ctx context.Context, tx execer, t *PlanTask) error {
 		deps = []string{}
 	}
 	_, err := tx.ExecContext(ctx, `INSERT INTO tasks(id, session_id, project_id, phase, task_type, status, progress_percent,
-		assigned_to, depends_on, started_at, completed_at, result, seq, name, input, approval, attempt, feedback, error)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
+		assigned_to, depends_on, started_at, completed_at, result, seq, name, input, approval, attempt, feedback, error, agent_task_id)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)
 		ON CONFLICT(project_id, id) DO UPDATE SET session_id=excluded.session_id, phase=excluded.phase,
 		task_type=excluded.task_type, status=excluded.status, progress_percent=excluded.progress_percent,
 		assigned_to=excluded.assigned_to, depends_on=excluded.depends_on, started_at=excluded.started_at,
 		completed_at=excluded.completed_at, result=excluded.result, seq=excluded.seq, name=excluded.name,
 		input=excluded.input, approval=excluded.approval, attempt=excluded.attempt, feedback=excluded.feedback,
-		error=excluded.error`,
+		error=excluded.error, agent_task_id=excluded.agent_task_id`,
 		t.ID, t.SessionID, t.ProjectID, t.Phase, t.TaskType, t.Status, t.ProgressPercent, nullStr(t.AssignedTo),
 		jsonText(deps), tsp(t.StartedAt), tsp(t.CompletedAt), rawOrNull(t.Result), t.Seq, t.Name, rawOrNull(t.Input),
-		t.Approval, t.Attempt, nullStr(t.Feedback), nullStr(t.Error))
+		t.Approval, t.Attempt, nullStr(t.Feedback), nullStr(t.Error), nullStr(t.AgentTaskID))
 	if err != nil {
 		return fmt.Errorf("write task %s: %w", t.ID, err)
 	}
@@ -440,6 +448,7 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 	rows, err := s.db.QueryContext(ctx, `SELECT t.id, t.session_id, t.project_id, t.seq, t.phase, t.task_type, t.name,
 		COALESCE(t.input,''), t.status, COALESCE(t.progress_percent,0), COALESCE(t.assigned_to,''), COALESCE(t.depends_on,'[]'),
 		t.approval, t.attempt, COALESCE(t.feedback,''), t.started_at, t.completed_at, COALESCE(t.result,''), COALESCE(t.error,''),
+		COALESCE(t.agent_task_id,''),
 		EXISTS (SELECT 1 FROM human_approvals a WHERE a.project_id = t.project_id AND a.task_id = t.id
 			AND a.attempt = t.attempt AND a.status = 'pending')
 		FROM tasks t WHERE t.project_id = ? ORDER BY t.phase, t.seq`, projectID)
@@ -455,7 +464,7 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 		var waiting bool
 		if err := rows.Scan(&t.ID, &t.SessionID, &t.ProjectID, &t.Seq, &t.Phase, &t.TaskType, &t.Name, &input, &t.Status,
 			&t.ProgressPercent, &t.AssignedTo, &deps, &t.Approval, &t.Attempt, &t.Feedback, &started, &completed,
-			&result, &t.Error, &waiting); err != nil {
+			&result, &t.Error, &t.AgentTaskID, &waiting); err != nil {
 			return nil, err
 		}
 		if input != "" {
@@ -479,10 +488,14 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 // --- approvals
 
 // InsertApproval adds an approval, or returns the existing one for the
-// same task and attempt (the request is idempotent).
+// same task and attempt (the request is idempotent). The approval of a
+// task's later attempt (after a revision, or a retry by a resumed session)
+// starts its revision_history with that of the task's previous approval:
+// every earlier round, oldest first.
 func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, error) {
+	unknown := a.CheckpointType == CheckpointUnknownOutcome
 	if a.TaskID != "" {
-		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt, a.CheckpointType == CheckpointUnknownOutcome); err == nil {
+		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt, unknown); err == nil {
 			return got, nil
 		} else if !errors.Is(err, ErrNotFound) {
 			return nil, err
@@ -491,13 +504,24 @@ func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, err
 	hist := a.RevisionHistory
 	if hist == nil {
 		hist = []Revision{}
+		if a.TaskID != "" && !unknown && a.ID == 0 {
+			prev, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals
+				WHERE project_id = ? AND task_id = ? AND attempt < ? AND checkpoint_type != 'unknown_outcome'
+				ORDER BY attempt DESC, id DESC LIMIT 1`, a.ProjectID, a.TaskID, a.Attempt))
+			switch {
+			case err == nil:
+				hist = prev.RevisionHistory
+			case !errors.Is(err, sql.ErrNoRows):
+				return nil, err
+			}
+		}
 	}
 	q := `INSERT INTO human_approvals(session_id, project_id, checkpoint_type, leader_id, status, submitted_at, resolved_at,
-		feedback, instruction_content, worker_instructions, artifacts, revision_history, task_id, attempt, decided_by)
-		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
+		feedback, instruction_content, worker_instructions, artifacts, revision_history, task_id, attempt, decided_by, result)
+		VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`
 	args := []any{a.SessionID, a.ProjectID, a.CheckpointType, a.LeaderID, a.Status, ts(a.SubmittedAt), tsp(a.ResolvedAt),
 		nullStr(a.Feedback), nullStr(a.InstructionContent), jsonArray(a.WorkerInstructions), jsonArray(a.Artifacts),
-		jsonText(hist), a.TaskID, a.Attempt, nullStr(a.DecidedBy)}
+		jsonText(hist), a.TaskID, a.Attempt, nullStr(a.DecidedBy), rawOrNull(a.Result)}
 	if a.ID > 0 { // a rebuild keeps the ids the files name
 		q = strings.Replace(q, "(session_id,", "(id, session_id,", 1)
 		q = strings.Replace(q, "VALUES (?,", "VALUES (?,?,", 1)
@@ -511,6 +535,28 @@ func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, err
 	return s.Approval(ctx, id)
 }
 
+// SetApprovalResult gives a pending approval the result of the attempt it
+// is about and the artifacts that attempt wrote (added to those it names).
+func (s *Store) SetApprovalResult(ctx context.Context, id int64, result json.RawMessage, artifacts []string) error {
+	a, err := s.Approval(ctx, id)
+	if err != nil {
+		return err
+	}
+	var have []string
+	_ = json.Unmarshal(a.Artifacts, &have)
+	for _, p := range artifacts {
+		if !contains(have, p) {
+			have = append(have, p)
+		}
+	}
+	if have == nil {
+		have = []string{}
+	}
+	_, err = s.db.ExecContext(ctx, `UPDATE human_approvals SET result = ?, artifacts = ? WHERE id = ? AND status = 'pending'`,
+		rawOrNull(result), jsonText(have), id)
+	return err
+}
+
 func jsonArray(r json.RawMessage) string {
 	if len(r) == 0 || string(r) == "null" {
 		return "[]"
@@ -520,14 +566,17 @@ func jsonArray(r json.RawMessage) string {
 
 const approvalCols = `id, session_id, project_id, task_id, attempt, checkpoint_type, leader_id, status, submitted_at,
 	resolved_at, COALESCE(feedback,''), COALESCE(instruction_content,''), COALESCE(worker_instructions,'[]'),
-	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]'), COALESCE(decided_by,'')`
+	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]'), COALESCE(decided_by,''), COALESCE(result,'')`
 
 func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
 	var a Approval
-	var submitted, wi, art, hist string
+	var submitted, wi, art, hist, result string
 	var resolved sql.NullString
 	err := sc.Scan(&a.ID, &a.SessionID, &a.ProjectID, &a.TaskID, &a.Attempt, &a.CheckpointType, &a.LeaderID, &a.Status,
-		&submitted, &resolved, &a.Feedback, &a.InstructionContent, &wi, &art, &hist, &a.DecidedBy)
+		&submitted, &resolved, &a.Feedback, &a.InstructionContent, &wi, &art, &hist, &a.DecidedBy, &result)
+	if result != "" {
+		a.Result = json.RawMessage(result)
+	}
 	if t := parseTS(sql.NullString{String: submitted, Valid: true}); t != nil {
 		a.SubmittedAt = *t
 	}
@@ -612,7 +661,8 @@ func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by strin
 	if a.Status != ApprovalPending {
 		return nil, fmt.Errorf("approval %d is already %s: %w", id, a.Status, ErrConflict)
 	}
-	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by})
+	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by,
+		ApprovalID: a.ID, Result: a.Result})
 	if _, err := tx.ExecContext(ctx, `UPDATE human_approvals SET status=?, feedback=?, resolved_at=?, revision_history=?, decided_by=? WHERE id=?`,
 		status, nullStr(feedback), ts(at), jsonText(a.RevisionHistory), nullStr(by), id); err != nil {
 		return nil, err

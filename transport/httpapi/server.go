@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"net/http"
@@ -39,7 +40,12 @@ type Options struct {
 	// included: the daemon's per-boot token for its agents' ports, so that
 	// another local user cannot reach an agent.
 	LocalToken string
-	Log        zerolog.Logger
+	// PlanToken, when set, lets a request carrying it in
+	// httpx.HeaderPlanToken submit a task of the plan: namespace (the
+	// daemon's dispatcher, with the agent's control token); without it,
+	// such a task is refused with reserved_task_id.
+	PlanToken string
+	Log       zerolog.Logger
 }
 
 // Server is the HTTP handler.
@@ -109,7 +115,12 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 		httpx.Error(w, http.StatusBadRequest, httpx.CodeBadBody, "reading the body: "+err.Error())
 		return
 	}
-	task, err := agent.DecodeTask(body, s.opts.MaxTaskBytes)
+	decode := agent.DecodeTask
+	if got := r.Header.Get(httpx.HeaderPlanToken); s.opts.PlanToken != "" && got != "" &&
+		subtle.ConstantTimeCompare([]byte(got), []byte(s.opts.PlanToken)) == 1 {
+		decode = agent.DecodePlanTask
+	}
+	task, err := decode(body, s.opts.MaxTaskBytes)
 	if err != nil {
 		var te *agent.TaskError
 		code := agent.CodeBadJSON

@@ -537,11 +537,12 @@ PAGES.project = {
     fill($('#tasks-box'), tasks.length ? table('Tasks of the plan', ['Task', 'Name', 'Phase', 'Status', 'Progress', 'Agent', 'Session'], tasks, (t) => [
       el('td', { class: 'mono wrap' }, t.id),
       el('td', { class: 'wrap' }, t.name || t.task_type || '', t.error ? el('div', { class: 'hint', text: clip(t.error, 200) }) : null,
-        t.feedback ? el('div', { class: 'hint', text: 'Feedback: ' + clip(t.feedback, 200) }) : null),
+        t.feedback ? el('div', { class: 'hint', text: 'Feedback: ' + clip(t.feedback, 200) }) : null,
+        t.result !== undefined && t.result !== null ? el('div', { class: 'result' }, 'Result: ', el('span', { class: 'mono', text: resultText(t.result, 300) })) : null),
       el('td', { class: 'num', text: String(t.phase) }),
       el('td', {}, badge(t.state || t.status), t.attempt ? el('div', { class: 'hint', text: 'attempt ' + (t.attempt + 1) }) : null),
       el('td', {}, el('progress', { max: '100', value: String(t.progress_percent || 0), 'aria-label': `${t.id} progress` }), ` ${t.progress_percent || 0}%`),
-      t.assigned_to || 'LEADER',
+      el('td', {}, t.role ? el('span', { text: t.role + ' ' }) : null, el('span', { class: 'mono', text: t.agent || t.assigned_to || '—' })),
       el('td', { class: 'mono wrap', text: t.session_id || '—' }),
     ]) : el('p', { class: 'muted', text: 'No tasks.' }));
     fill($('#approaches-box'), approachesView(apps));
@@ -595,7 +596,7 @@ function approvalHistory(list, withProject) {
   const done = list.filter((a) => a.status !== 'pending');
   if (!done.length) return el('p', { class: 'muted', id: 'approval-history', text: 'No decisions yet.' });
   done.sort((a, b) => String(b.resolved_at || b.submitted_at).localeCompare(String(a.resolved_at || a.submitted_at)));
-  const cols = ['#', 'Task', 'Checkpoint', 'Status', 'Submitted', 'Decided', 'By', 'Feedback'];
+  const cols = ['#', 'Task', 'Checkpoint', 'Status', 'Submitted', 'Decided', 'By', 'Feedback', 'Result'];
   if (withProject) cols.splice(1, 0, 'Project');
   return el('div', { id: 'approval-history' }, table('Decided approvals', cols, done, (a) => {
     const cells = [
@@ -607,6 +608,7 @@ function approvalHistory(list, withProject) {
       fmtTime(a.resolved_at),
       decidedBy(a),
       el('td', { class: 'wrap', text: a.feedback || '—' }),
+      el('td', { class: 'wrap' }, a.result !== undefined ? resultText(a.result, 200) : '—', artifactList(a)),
     ];
     if (withProject) cells.splice(1, 0, el('td', { class: 'mono wrap' }, el('a', { href: '#/projects/' + encodeURIComponent(a.project_id), text: a.project_id })));
     return cells;
@@ -615,6 +617,64 @@ function approvalHistory(list, withProject) {
 
 function decidedBy(a) {
   return a.decided_by || '—';
+}
+
+// resultText shows a task's result: a string as it is, anything else as
+// indented JSON, clipped.
+function resultText(r, n) {
+  if (r === undefined || r === null) return '';
+  return clip(typeof r === 'string' ? r : JSON.stringify(r, null, 2), n);
+}
+
+// artifactURL is where the device serves an artifact an approval names
+// (a path under projects/{p}/sessions/{s}/artifacts/, or one relative to
+// the approval's session's artifacts/).
+function artifactURL(a, path) {
+  const p = String(path);
+  const m = p.match(/^projects\/([^/]+)\/sessions\/([^/]+)\/artifacts\/(.+)$/);
+  const [proj, sess, rel] = m ? [m[1], m[2], m[3]] : [a.project_id, a.session_id, p.replace(/^\/+/, '')];
+  return `/projects/${encodeURIComponent(proj)}/sessions/${encodeURIComponent(sess)}/artifacts/` +
+    rel.split('/').map(encodeURIComponent).join('/');
+}
+
+// MAX_PREVIEW is how much of a text artifact a card shows.
+const MAX_PREVIEW = 16384;
+
+// artifactList lets a reviewer open what the task wrote: each file a link
+// (the device serves text inline, anything else as a download) and a
+// Show button that puts the start of a text file in the card.
+function artifactList(a) {
+  const list = [].concat(a.artifacts || []);
+  if (!list.length) return null;
+  return el('ul', { class: 'artifacts' }, list.map((path, i) => {
+    const url = artifactURL(a, path);
+    const name = String(path).split('/').pop();
+    const pre = el('pre', { class: 'preview', hidden: '' });
+    const show = el('button', { type: 'button', class: 'quiet', 'aria-expanded': 'false', text: 'Show',
+      'aria-label': `Show ${name}` });
+    show.addEventListener('click', async () => {
+      if (!pre.hidden) { pre.hidden = true; show.setAttribute('aria-expanded', 'false'); show.textContent = 'Show'; return; }
+      try {
+        const res = await fetch(url, { credentials: 'same-origin', cache: 'no-store', headers: { Range: `bytes=0-${MAX_PREVIEW - 1}` } });
+        const type = res.headers.get('Content-Type') || '';
+        if (!res.ok) throw new Error(`${res.status} ${res.statusText}`);
+        if (!type.startsWith('text/plain')) {
+          pre.textContent = 'Not text: use the link to download it.';
+        } else {
+          const total = (res.headers.get('Content-Range') || '').split('/')[1];
+          const text = await res.text();
+          pre.textContent = text + (total && +total > MAX_PREVIEW ? `\n… (${total} bytes in all: open the link for the whole file)` : '');
+        }
+      } catch (e) {
+        pre.textContent = 'Could not read it: ' + e.message;
+      }
+      pre.hidden = false;
+      show.setAttribute('aria-expanded', 'true');
+      show.textContent = 'Hide';
+    });
+    return el('li', { 'data-artifact': String(i) },
+      el('a', { href: url, target: '_blank', rel: 'noopener', class: 'mono', text: name }), ' ', show, pre);
+  }));
 }
 
 function pendingCard(a) {
@@ -630,7 +690,12 @@ function pendingCard(a) {
       el('dt', { text: 'Asked by' }), el('dd', { text: a.leader_id || '—' }),
       el('dt', { text: 'Submitted' }), el('dd', { text: fmtTime(a.submitted_at) }),
       a.instruction_content ? [el('dt', { text: 'Instruction' }), el('dd', { text: a.instruction_content })] : null,
-      a.artifacts && a.artifacts.length ? [el('dt', { text: 'Artifacts' }), el('dd', { class: 'mono', text: [].concat(a.artifacts).join(', ') })] : null),
+      a.result !== undefined && a.result !== null ? [el('dt', { text: 'Result' }), el('dd', {}, el('pre', { class: 'result', text: resultText(a.result, 4000) }))] : null,
+      a.artifacts && a.artifacts.length ? [el('dt', { text: 'Artifacts' }), el('dd', {}, artifactList(a))] : null,
+      a.revision_history && a.revision_history.length ? [el('dt', { text: 'Earlier rounds' }), el('dd', {}, el('ol', { class: 'rounds' },
+        a.revision_history.map((r) => el('li', {}, `attempt ${(r.attempt || 0) + 1}: ${String(r.status).replace(/_/g, ' ')}`,
+          r.by ? ` by ${r.by}` : '', r.at ? `, ${fmtTime(r.at)}` : '', r.feedback ? ` — “${clip(r.feedback, 300)}”` : '',
+          r.result !== undefined ? el('div', { class: 'hint', text: 'Its result: ' + resultText(r.result, 300) }) : null))))] : null),
     el('div', { class: 'field' },
       el('label', { for: fid, text: 'Feedback' }), fb,
       el('p', { class: 'hint', id: fid + '-hint', text: 'Optional for Approve and Reject; needed for Request revision (the task runs again with it).' })),
