@@ -108,6 +108,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		mqtttest.Publish(t, pub, topic, mqttSleepTask("slow", 20))
 		mqtttest.Publish(t, pub, topic, []byte("{this is not json"))
 		mqtttest.Publish(t, pub, topic, []byte(`{"type":"t","input":"who am I"}`))
+		mqtttest.Publish(t, pub, topic, []byte(`{"task_id":"x2","inptu":"hello"}`))
 		mqtttest.Publish(t, pub, topic, mqttTask("huge", strings.Repeat("y", 1<<20)))
 		mqtttest.Publish(t, pub, topic, mqttTask("next", "still serving"))
 		line := func(id string) []byte {
@@ -127,16 +128,24 @@ func TestMQTTEndToEnd(t *testing.T) {
 		if len(rs["huge"]) != 0 {
 			t.Errorf("the 1 MiB task ran: %+v", rs["huge"])
 		}
-		wait.For(t, 10*time.Second, "three dead letters", func() bool {
-			return len(col.Messages("openstarry/"+mqttDevice+"/deadletter")) == 3
+		if len(rs["x2"]) != 0 {
+			t.Errorf("the task with an unknown field ran: %+v", rs["x2"])
+		}
+		wait.For(t, 10*time.Second, "four dead letters", func() bool {
+			return len(col.Messages("openstarry/"+mqttDevice+"/deadletter")) == 4
 		})
 		codes := map[string]bool{}
+		unknown := false
 		for _, m := range col.Messages("openstarry/" + mqttDevice + "/deadletter") {
 			var dl struct{ Reason, Code, Topic string }
 			if err := json.Unmarshal(m.Payload, &dl); err != nil || dl.Reason == "" || dl.Topic != topic {
 				t.Errorf("dead letter %s", m.Payload)
 			}
 			codes[dl.Code] = true
+			unknown = unknown || dl.Code == "bad_json" && strings.Contains(dl.Reason, `unknown field "inptu"`)
+		}
+		if !unknown {
+			t.Errorf("no dead letter names the unknown field inptu: %v", codes)
 		}
 		for _, code := range []string{"bad_json", "missing_task_id", "too_large"} {
 			if !codes[code] {
