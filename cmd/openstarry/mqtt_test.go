@@ -95,9 +95,47 @@ func mqttSleepTask(id string, ms int) []byte {
 	return mqttTask(id, map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": ms}}}})
 }
 
+// sameEncoding checks that the results of the tasks published over
+// MQTT are, byte for byte, what GET /agents/e2e/tasks/{id} answers: one
+// encoding of a result whichever way it is read, error and output left out
+// when there is none.
+func sameEncoding(t *testing.T, c *child, col *mqtttest.Collector, ids ...string) {
+	t.Helper()
+	wait.For(t, 20*time.Second, "the results of "+strings.Join(ids, ", "), func() bool {
+		rs := mqtttest.Results(t, col, resultsTopic("e2e"))
+		for _, id := range ids {
+			if len(rs[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	over := map[string]string{}
+	for _, m := range col.Messages(resultsTopic("e2e")) {
+		var r struct {
+			TaskID string `json:"task_id"`
+		}
+		if json.Unmarshal(m.Payload, &r) == nil {
+			over[r.TaskID] = string(m.Payload)
+		}
+	}
+	for _, id := range ids {
+		code, body := api(t, "GET", c.url()+"/agents/e2e/tasks/"+id, nil)
+		if code != 200 || strings.TrimSpace(string(body)) != over[id] {
+			t.Errorf("task %s over MQTT and over HTTP differ:\nmqtt %s\nhttp %d %s", id, over[id], code, body)
+		}
+		var r map[string]any
+		_ = json.Unmarshal([]byte(over[id]), &r)
+		if _, has := r["error"]; has != (r["status"] != "done") {
+			t.Errorf("task %s: %s: error present only when the task did not succeed", id, over[id])
+		}
+	}
+}
+
 // TestMQTTEndToEnd drives one agent process over MQTT: a task and its
-// result and progress, three kinds of dead letter while it keeps serving,
-// and a duplicate that does not run twice.
+// result and progress, four kinds of dead letter while it keeps serving
+// (an unknown field among them), results encoded as over HTTP, and a
+// duplicate that does not run twice.
 func TestMQTTEndToEnd(t *testing.T) {
 	check := func(t *testing.T, c *child, url, data string) {
 		col := mqtttest.Collect(t, url, "observer", true, "openstarry/#")
@@ -109,6 +147,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		mqtttest.Publish(t, pub, topic, []byte("{this is not json"))
 		mqtttest.Publish(t, pub, topic, []byte(`{"type":"t","input":"who am I"}`))
 		mqtttest.Publish(t, pub, topic, []byte(`{"task_id":"x2","inptu":"hello"}`))
+		mqtttest.Publish(t, pub, topic, []byte(`{"task_id":"late","input":"x","deadline":"2001-01-01T00:00:00Z"}`))
 		mqtttest.Publish(t, pub, topic, mqttTask("huge", strings.Repeat("y", 1<<20)))
 		mqtttest.Publish(t, pub, topic, mqttTask("next", "still serving"))
 		line := func(id string) []byte {
@@ -128,6 +167,7 @@ func TestMQTTEndToEnd(t *testing.T) {
 		if len(rs["huge"]) != 0 {
 			t.Errorf("the 1 MiB task ran: %+v", rs["huge"])
 		}
+		sameEncoding(t, c, col, "hello", "late")
 		if len(rs["x2"]) != 0 {
 			t.Errorf("the task with an unknown field ran: %+v", rs["x2"])
 		}
