@@ -163,11 +163,17 @@ func TestDaemonColdBoot(t *testing.T) {
 		t.Fatalf("status (%d):\n%s", code, out)
 	}
 	t.Logf("openstarry status:\n%s", out)
-	resp, err := http.Get(base + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("healthz %v %v", resp, err)
+	// MQTT is off in this configuration: /healthz and /metrics say so,
+	// neither up nor down.
+	code, body := api(t, "GET", base+"/healthz", nil)
+	if code != 200 || !strings.Contains(string(body), `"mqtt": "off"`) {
+		t.Fatalf("healthz %d %s", code, body)
 	}
-	resp.Body.Close()
+	code, body = api(t, "GET", base+"/metrics", nil)
+	if code != 200 || !strings.Contains(string(body), "\nopenstarry_infra_enabled{infra=\"mqtt\"} 0\n") ||
+		strings.Contains(string(body), "openstarry_infra_up{") {
+		t.Fatalf("metrics with mqtt off: %d\n%s", code, body)
+	}
 	pid := daemonStatus(t, data).Agents[0].PID
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {

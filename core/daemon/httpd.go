@@ -9,7 +9,7 @@ import (
 
 // httpHandler is the daemon's HTTP listener (http.listen):
 //
-//	GET /healthz          200 when booted, the master runs and the infrastructure is up; 503 otherwise
+//	GET /healthz          200 when booted, the master runs and the infrastructure is up (or off by configuration); 503 otherwise
 //	GET /metrics          Prometheus text: the daemon, the infrastructure, every agent
 //	GET /status           the JSON of `openstarry status --json`
 //	/agents/{id}/...      passed through to the agent's own API (tasks, snapshot)
@@ -65,7 +65,9 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 			s, degraded = "down", true
 		}
 		if sr, ok := inf.(StatusReporter); ok {
-			if st := sr.Status(); !st.Up {
+			if st := sr.Status(); st.Off {
+				s = "off"
+			} else if !st.Up {
 				s, degraded = "down", true
 				if st.Detail != "" {
 					s += ": " + st.Detail
