@@ -108,6 +108,22 @@ type AgentInfo struct {
 	// its first 200 characters.
 	LastTask   string `json:"last_task,omitempty"`
 	LastResult string `json:"last_result,omitempty"`
+	// Current is the task the agent runs now (its GET /agents/{id}/current),
+	// nil when idle or when it did not answer.
+	Current *CurrentTask `json:"current_task,omitempty"`
+}
+
+// CurrentTask is the task an agent has in hand (agent.Current's JSON).
+type CurrentTask struct {
+	TaskID    string    `json:"task_id"`
+	Step      int       `json:"step"`
+	Phase     string    `json:"phase"`
+	Tool      string    `json:"tool,omitempty"`
+	Percent   int       `json:"progress_percent"`
+	Tokens    int       `json:"tokens,omitempty"`
+	Started   time.Time `json:"started"`
+	ElapsedMs int64     `json:"elapsed_ms"`
+	Updated   time.Time `json:"updated"`
 }
 
 // Interruption is an agent whose snapshot was not closed cleanly when the
