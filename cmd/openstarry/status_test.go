@@ -38,7 +38,7 @@ func TestStatusRunningTask(t *testing.T) {
 		t.Fatalf("current task %+v", cur)
 	}
 	out, code := runCLI(t, "status", "--data", data)
-	if code != 0 || !regexp.MustCompile(`(?m)^RUNNING\s+TASK\s+STEP\s+DOING\s+ELAPSED\s+LAST PROGRESS\n` +
+	if code != 0 || !regexp.MustCompile(`(?m)^RUNNING\s+TASK\s+STEP\s+DOING\s+ELAPSED\s+LAST PROGRESS\n`+
 		`master\s+long-1\s+0\s+tool sleep_ms\s+\S+\s+\S+ ago$`).MatchString(out) {
 		t.Fatalf("status (%d) does not show the running task:\n%s", code, out)
 	}
