@@ -92,7 +92,8 @@ func (o fleetOps) telemetry(device string, started time.Time, counters func() ma
 		defer cancel()
 		if st, err := o.Status(ctx); err == nil {
 			for _, a := range st.(*control.Status).Agents {
-				t.Agents = append(t.Agents, fleet.AgentTelemetry{ID: a.ID, Role: a.Role, State: a.State, Restarts: a.Restarts, Tick: a.Tick})
+				t.Agents = append(t.Agents, fleet.AgentTelemetry{ID: a.ID, Role: a.Role, State: a.State, Restarts: a.Restarts, Tick: a.Tick,
+					Current: a.Current})
 			}
 		}
 		return t

@@ -132,7 +132,7 @@ func printRunning(w io.Writer, agents []control.AgentInfo, now time.Time) {
 			fmt.Fprintln(tw, "RUNNING\tTASK\tSTEP\tDOING\tELAPSED\tLAST PROGRESS")
 		}
 		n++
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\n", a.ID, c.TaskID, c.Step, doing(c),
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\n", a.ID, c.TaskID, c.Step+1, doing(c),
 			shortDur(time.Duration(c.ElapsedMs)*time.Millisecond), shortDur(now.Sub(c.Updated)))
 	}
 	tw.Flush()

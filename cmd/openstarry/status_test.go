@@ -39,7 +39,7 @@ func TestStatusRunningTask(t *testing.T) {
 	}
 	out, code := runCLI(t, "status", "--data", data)
 	if code != 0 || !regexp.MustCompile(`(?m)^RUNNING\s+TASK\s+STEP\s+DOING\s+ELAPSED\s+LAST PROGRESS\n`+
-		`master\s+long-1\s+0\s+tool sleep_ms\s+\S+\s+\S+ ago$`).MatchString(out) {
+		`master\s+long-1\s+1\s+tool sleep_ms\s+\S+\s+\S+ ago$`).MatchString(out) {
 		t.Fatalf("status (%d) does not show the running task:\n%s", code, out)
 	}
 	code, body := api(t, "GET", base+"/agents/master/tasks/long-1", nil)

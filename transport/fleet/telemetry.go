@@ -7,6 +7,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
 // Telemetry is what a device publishes, retained, on
@@ -30,6 +32,8 @@ type AgentTelemetry struct {
 	State    string `json:"state"`
 	Restarts int    `json:"restarts"`
 	Tick     uint64 `json:"tick,omitempty"`
+	// Current is the task the agent has in hand, when it runs one.
+	Current *control.CurrentTask `json:"current_task,omitempty"`
 }
 
 // TelemetryTopic is where a device's telemetry is retained.
