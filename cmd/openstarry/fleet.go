@@ -187,6 +187,17 @@ func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Device, state, ver, up, agents, restarts, store, free, seen)
 	}
 	tw.Flush()
+	// Degraded boots: agents on a cached template.
+	for _, v := range views {
+		if v.Telemetry == nil {
+			continue
+		}
+		for _, a := range v.Telemetry.Agents {
+			if a.Degraded {
+				fmt.Fprintf(w, "degraded: %s %s runs template %s %s from the cache: %s\n", v.Device, a.ID, a.Template, a.TemplateVersion, a.DegradedReason)
+			}
+		}
+	}
 	// The tasks in hand, as the devices last reported them.
 	var running []control.AgentInfo
 	var devices []string

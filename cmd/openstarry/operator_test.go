@@ -2,10 +2,12 @@ package main
 
 import (
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -33,5 +35,22 @@ func TestFleetStatusRunningTask(t *testing.T) {
 	out, code := runCLI(t, "fleet", "status", "--broker", m.URL(), "--wait", "500ms", "--json")
 	if code != 0 || !regexp.MustCompile(`"current_task":\{"task_id":"long-fleet","step":0,"phase":"tool:sleep_ms","tool":"sleep_ms"`).MatchString(out) {
 		t.Fatalf("fleet status --json: %d\n%s", code, out)
+	}
+}
+
+// TestPrintFleetDegraded: fleet status names the agents a device booted on
+// a cached template, with the reason its telemetry carries.
+func TestPrintFleetDegraded(t *testing.T) {
+	now := time.Date(2026, 11, 23, 9, 40, 0, 0, time.UTC)
+	views := []fleet.DeviceView{{Device: "pi-kitchen", State: "online", Telemetry: &fleet.Telemetry{
+		Device: "pi-kitchen", Version: "1.4.0", Time: now, Agents: []fleet.AgentTelemetry{
+			{ID: "master", Role: "master", State: "running", Template: "master", TemplateVersion: "1.0.0", TemplateSource: "cache",
+				Degraded: true, DegradedReason: "design layer unreachable: booting cached template master 1.0.0 fetched 2h ago: connection refused"},
+			{ID: "w1", Role: "worker", State: "running", Template: "worker", TemplateVersion: "1.0.0", TemplateSource: "remote"}}}}}
+	var b strings.Builder
+	printFleet(&b, views, now)
+	want := "degraded: pi-kitchen master runs template master 1.0.0 from the cache: design layer unreachable: booting cached template master 1.0.0 fetched 2h ago: connection refused\n"
+	if !strings.Contains(b.String(), want) || strings.Contains(b.String(), "w1 runs") {
+		t.Fatalf("fleet status:\n%s", b.String())
 	}
 }

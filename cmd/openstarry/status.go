@@ -102,6 +102,11 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 			a.Restarts, shortDur(now.Sub(a.Since)), lastErr)
 	}
 	tw.Flush()
+	for _, a := range st.Agents {
+		if a.Degraded {
+			fmt.Fprintf(w, "degraded: %s runs template %s %s from the cache: %s\n", a.ID, a.Template, a.TemplateVersion, a.DegradedReason)
+		}
+	}
 	printRunning(w, st.Agents, now)
 	if len(st.Interrupted) > 0 {
 		fmt.Fprintln(w)

@@ -37,15 +37,32 @@ type health struct {
 	// StateStore is "ok", or "not durable: …" when a Save may not survive
 	// a crash of the store's host (which does not make the daemon degraded).
 	StateStore string `json:"state_store,omitempty"`
+	// Templates says, per agent, which template it runs and where the
+	// daemon found it; Degraded lists what booted from the cache because
+	// the design layer could not be used (the daemon still answers 200:
+	// it works, on the last good blueprint).
+	Templates map[string]templateHealth `json:"templates,omitempty"`
+	Degraded  []string                  `json:"degraded,omitempty"`
+}
+
+type templateHealth struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	Source  string `json:"source,omitempty"`
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
-	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}}
+	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}, Templates: map[string]templateHealth{}}
 	for _, m := range d.sortedMembers() {
 		st, _, _ := m.watch()
 		h.Agents[m.id] = st
 		if m.role == control.RoleMaster {
 			h.Master = st
+		}
+		a := m.info()
+		h.Templates[m.id] = templateHealth{Name: a.Template, Version: a.TemplateVersion, Source: a.Source}
+		if a.Degraded {
+			h.Degraded = append(h.Degraded, m.id+": "+a.DegradedReason)
 		}
 	}
 	d.mu.Lock()

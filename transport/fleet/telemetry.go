@@ -32,6 +32,14 @@ type AgentTelemetry struct {
 	State    string `json:"state"`
 	Restarts int    `json:"restarts"`
 	Tick     uint64 `json:"tick,omitempty"`
+	// The template it runs, and where the daemon found it; Degraded and
+	// DegradedReason when that was the cache because the design layer
+	// could not be used.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion string `json:"template_version,omitempty"`
+	TemplateSource  string `json:"template_source,omitempty"`
+	Degraded        bool   `json:"degraded,omitempty"`
+	DegradedReason  string `json:"degraded_reason,omitempty"`
 	// Current is the task the agent has in hand, when it runs one.
 	Current *control.CurrentTask `json:"current_task,omitempty"`
 }
