@@ -19,7 +19,7 @@ const envParentPipe = "OPENSTARRY_PARENT_PIPE"
 
 func init() {
 	var f runFlags
-	var digest string
+	var digest, source string
 	cmd := &cobra.Command{
 		Use:    "core --agent ID --template FILE",
 		Short:  "An agent process spawned by the daemon (not for people)",
@@ -43,8 +43,8 @@ agent.`,
 				go watchParent(os.Stdin)
 			}
 			m := metrics.NewAgent(nil)
-			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave, onScrub: m.ObserveScrub,
-				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest}
+			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
+				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest, source: source}
 			return runAgent(cmd.Context(), f)
 		},
 	}
@@ -52,6 +52,7 @@ agent.`,
 	fl.StringVar(&f.agent, "agent", "", "agent id")
 	fl.StringVar(&f.template, "template", "", "frozen blueprint file")
 	fl.StringVar(&digest, "template-digest", "", "the frozen blueprint's digest (sha256:HEX): checked instead of validating the template again")
+	fl.StringVar(&source, "template-source", "", "where the daemon resolved the template (remote, cache, local, embedded): the agent reports it as its template_source")
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)

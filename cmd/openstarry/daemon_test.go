@@ -163,11 +163,17 @@ func TestDaemonColdBoot(t *testing.T) {
 		t.Fatalf("status (%d):\n%s", code, out)
 	}
 	t.Logf("openstarry status:\n%s", out)
-	resp, err := http.Get(base + "/healthz")
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("healthz %v %v", resp, err)
+	// MQTT is off in this configuration: /healthz and /metrics say so,
+	// neither up nor down.
+	code, body := api(t, "GET", base+"/healthz", nil)
+	if code != 200 || !strings.Contains(string(body), `"mqtt": "off"`) {
+		t.Fatalf("healthz %d %s", code, body)
 	}
-	resp.Body.Close()
+	code, body = api(t, "GET", base+"/metrics", nil)
+	if code != 200 || !strings.Contains(string(body), "\nopenstarry_infra_enabled{infra=\"mqtt\"} 0\n") ||
+		strings.Contains(string(body), "openstarry_infra_up{") {
+		t.Fatalf("metrics with mqtt off: %d\n%s", code, body)
+	}
 	pid := daemonStatus(t, data).Agents[0].PID
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
@@ -404,6 +410,14 @@ func TestDaemonDesignCache(t *testing.T) {
 	if !regexp.MustCompile(`"source":"remote"[^\n]*phase 2/4 design layer ready`).MatchString(c.logs()) {
 		t.Fatalf("first boot not from the design layer:\n%s", c.logs())
 	}
+	// The agent reports where the daemon found its template, not "local"
+	// (the frozen file it reads); no degraded boot.
+	if src := templateSourceVar(t, c.url()); src != "remote" {
+		t.Errorf("first boot: the master's template_source is %q, want remote", src)
+	}
+	if a, _ := agentInfo(daemonStatus(t, data), "master"); a.Degraded || a.TemplateVersion != "1.0.0" {
+		t.Errorf("first boot: %+v", a)
+	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
 	if code, err := c.wait(20 * time.Second); code != 0 || err != nil {
 		t.Fatalf("stop: %d %v", code, err)
@@ -415,9 +429,45 @@ func TestDaemonDesignCache(t *testing.T) {
 		t.Fatalf("second boot not from the cache:\n%s", logs)
 	}
 	a, _ := agentInfo(daemonStatus(t, data), "master")
-	if a.Source != "cache" {
+	if a.Source != "cache" || !a.Degraded || !strings.Contains(a.DegradedReason, "design layer unreachable: booting cached template master 1.0.0") {
 		t.Fatalf("%+v", a)
 	}
+	// The degraded boot is visible without the journal: status, /healthz
+	// (still 200: the daemon works on its last good blueprint), and the
+	// agent's own template_source.
+	out, code := runCLI(t, "status", "--data", data)
+	if code != 0 || !regexp.MustCompile(`(?m)^degraded: master runs template master 1\.0\.0 from the cache: design layer unreachable: `).MatchString(out) {
+		t.Fatalf("status (%d) does not show the degraded boot:\n%s", code, out)
+	}
+	code, body := api(t, "GET", c.url()+"/healthz", nil)
+	var h struct {
+		Status    string
+		Templates map[string]struct{ Name, Version, Source string }
+		Degraded  []string
+	}
+	if code != 200 || json.Unmarshal(body, &h) != nil || h.Status != "ok" || h.Templates["master"].Source != "cache" ||
+		h.Templates["master"].Version != "1.0.0" || len(h.Degraded) != 1 || !strings.HasPrefix(h.Degraded[0], "master: design layer unreachable") {
+		t.Fatalf("healthz %d %s", code, body)
+	}
+	if src := templateSourceVar(t, c.url()); src != "cache" {
+		t.Errorf("degraded boot: the master's template_source is %q, want cache", src)
+	}
+}
+
+// templateSourceVar is the master's working variable template_source.
+func templateSourceVar(t *testing.T, base string) string {
+	t.Helper()
+	var snap struct {
+		Memory struct {
+			Vars map[string]any `json:"working_variables"`
+		} `json:"memory"`
+	}
+	code, body := api(t, "GET", base+"/agents/master/snapshot", nil)
+	if code != 200 || json.Unmarshal(body, &snap) != nil {
+		t.Fatalf("snapshot: %d %s", code, body)
+	}
+	src, _ := snap.Memory.Vars["template_source"].(string)
+	return src
 }
 
 // TestDaemonWithBroker: the default MQTT infrastructure: the embedded

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/fleet"
@@ -210,6 +211,42 @@ func printFleet(w io.Writer, views []fleet.DeviceView, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Device, state, ver, up, agents, restarts, store, free, seen)
 	}
 	tw.Flush()
+	// Degraded boots: agents on a cached template.
+	for _, v := range views {
+		if v.Telemetry == nil {
+			continue
+		}
+		for _, a := range v.Telemetry.Agents {
+			if a.Degraded {
+				fmt.Fprintf(w, "degraded: %s %s runs template %s %s from the cache: %s\n", v.Device, a.ID, a.Template, a.TemplateVersion, a.DegradedReason)
+			}
+		}
+	}
+	// The tasks in hand, as the devices last reported them.
+	var running []control.AgentInfo
+	var devices []string
+	for _, v := range views {
+		if v.Telemetry == nil {
+			continue
+		}
+		for _, a := range v.Telemetry.Agents {
+			if a.Current != nil {
+				running = append(running, control.AgentInfo{ID: a.ID, Current: a.Current})
+				devices = append(devices, v.Device)
+			}
+		}
+	}
+	if len(running) > 0 {
+		fmt.Fprintln(w)
+		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "DEVICE\tAGENT\tTASK\tSTEP\tDOING\tELAPSED")
+		for i, a := range running {
+			c := a.Current
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", devices[i], a.ID, c.TaskID, c.Step+1, doing(c),
+				shortDur(time.Duration(c.ElapsedMs)*time.Millisecond))
+		}
+		tw.Flush()
+	}
 }
 
 func humanBytes(n int64) string {

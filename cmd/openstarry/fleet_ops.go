@@ -93,6 +93,8 @@ func (o fleetOps) telemetry(device string, started time.Time, counters func() ma
 		if st, err := o.Status(ctx); err == nil {
 			for _, a := range st.(*control.Status).Agents {
 				t.Agents = append(t.Agents, fleet.AgentTelemetry{ID: a.ID, Role: a.Role, State: a.State, Restarts: a.Restarts, Tick: a.Tick,
+					Template: a.Template, TemplateVersion: a.TemplateVersion, TemplateSource: a.Source,
+					Degraded: a.Degraded, DegradedReason: a.DegradedReason, Current: a.Current,
 					StoreDamage: a.StoreDamage})
 			}
 		}

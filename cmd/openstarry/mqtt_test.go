@@ -95,9 +95,47 @@ func mqttSleepTask(id string, ms int) []byte {
 	return mqttTask(id, map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": ms}}}})
 }
 
+// sameEncoding checks that the results of the tasks published over
+// MQTT are, byte for byte, what GET /agents/e2e/tasks/{id} answers: one
+// encoding of a result whichever way it is read, error and output left out
+// when there is none.
+func sameEncoding(t *testing.T, c *child, col *mqtttest.Collector, ids ...string) {
+	t.Helper()
+	wait.For(t, 20*time.Second, "the results of "+strings.Join(ids, ", "), func() bool {
+		rs := mqtttest.Results(t, col, resultsTopic("e2e"))
+		for _, id := range ids {
+			if len(rs[id]) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	over := map[string]string{}
+	for _, m := range col.Messages(resultsTopic("e2e")) {
+		var r struct {
+			TaskID string `json:"task_id"`
+		}
+		if json.Unmarshal(m.Payload, &r) == nil {
+			over[r.TaskID] = string(m.Payload)
+		}
+	}
+	for _, id := range ids {
+		code, body := api(t, "GET", c.url()+"/agents/e2e/tasks/"+id, nil)
+		if code != 200 || strings.TrimSpace(string(body)) != over[id] {
+			t.Errorf("task %s over MQTT and over HTTP differ:\nmqtt %s\nhttp %d %s", id, over[id], code, body)
+		}
+		var r map[string]any
+		_ = json.Unmarshal([]byte(over[id]), &r)
+		if _, has := r["error"]; has != (r["status"] != "done") {
+			t.Errorf("task %s: %s: error present only when the task did not succeed", id, over[id])
+		}
+	}
+}
+
 // TestMQTTEndToEnd drives one agent process over MQTT: a task and its
-// result and progress, three kinds of dead letter while it keeps serving,
-// and a duplicate that does not run twice.
+// result and progress, four kinds of dead letter while it keeps serving
+// (an unknown field among them), results encoded as over HTTP, and a
+// duplicate that does not run twice.
 func TestMQTTEndToEnd(t *testing.T) {
 	check := func(t *testing.T, c *child, url, data string) {
 		col := mqtttest.Collect(t, url, "observer", true, "openstarry/#")
@@ -108,6 +146,8 @@ func TestMQTTEndToEnd(t *testing.T) {
 		mqtttest.Publish(t, pub, topic, mqttSleepTask("slow", 20))
 		mqtttest.Publish(t, pub, topic, []byte("{this is not json"))
 		mqtttest.Publish(t, pub, topic, []byte(`{"type":"t","input":"who am I"}`))
+		mqtttest.Publish(t, pub, topic, []byte(`{"task_id":"x2","inptu":"hello"}`))
+		mqtttest.Publish(t, pub, topic, []byte(`{"task_id":"late","input":"x","deadline":"2001-01-01T00:00:00Z"}`))
 		// Over the agent's 256 KiB, under the embedded broker's 1 MiB
 		// packet bound (a larger packet the broker itself refuses).
 		mqtttest.Publish(t, pub, topic, mqttTask("huge", strings.Repeat("y", 512<<10)))
@@ -129,16 +169,25 @@ func TestMQTTEndToEnd(t *testing.T) {
 		if len(rs["huge"]) != 0 {
 			t.Errorf("the 512 KiB task ran: %+v", rs["huge"])
 		}
-		wait.For(t, 10*time.Second, "three dead letters", func() bool {
-			return len(col.Messages("openstarry/"+mqttDevice+"/deadletter")) == 3
+		sameEncoding(t, c, col, "hello", "late")
+		if len(rs["x2"]) != 0 {
+			t.Errorf("the task with an unknown field ran: %+v", rs["x2"])
+		}
+		wait.For(t, 10*time.Second, "four dead letters", func() bool {
+			return len(col.Messages("openstarry/"+mqttDevice+"/deadletter")) == 4
 		})
 		codes := map[string]bool{}
+		unknown := false
 		for _, m := range col.Messages("openstarry/" + mqttDevice + "/deadletter") {
 			var dl struct{ Reason, Code, Topic string }
 			if err := json.Unmarshal(m.Payload, &dl); err != nil || dl.Reason == "" || dl.Topic != topic {
 				t.Errorf("dead letter %s", m.Payload)
 			}
 			codes[dl.Code] = true
+			unknown = unknown || dl.Code == "bad_json" && strings.Contains(dl.Reason, `unknown field "inptu"`)
+		}
+		if !unknown {
+			t.Errorf("no dead letter names the unknown field inptu: %v", codes)
 		}
 		for _, code := range []string{"bad_json", "missing_task_id", "too_large"} {
 			if !codes[code] {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
@@ -65,6 +66,7 @@ func envOr(key, def string) string {
 }
 
 func execute(args []string) int {
+	guardGroups(rootCmd)
 	rootCmd.SetArgs(args)
 	err := rootCmd.Execute()
 	if err == nil {
@@ -76,4 +78,53 @@ func execute(args []string) int {
 		return ee.code
 	}
 	return 1
+}
+
+// guardGroups makes every command that only groups others (root, task,
+// approval, service, ...) refuse what is not one of its subcommands: cobra
+// itself prints the group's help and exits 0 for "approval aprove 1", so a
+// script would think it worked. An unknown subcommand is a usage error
+// (exit 2) naming the nearest subcommands; flags after it are not parsed by
+// the group, so "task sned --agent x" says the command is unknown, not the
+// flag. A group run with nothing prints its help, as before.
+func guardGroups(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		guardGroups(sub)
+	}
+	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil {
+		return
+	}
+	c.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return nil
+		}
+		return exitCode(2, unknownCommand(cmd, args[0]))
+	}
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		return cmd.Help()
+	}
+	c.FParseErrWhitelist.UnknownFlags = true
+}
+
+// unknownCommand is the error for a subcommand name that c does not have.
+func unknownCommand(c *cobra.Command, name string) error {
+	msg := fmt.Sprintf("unknown command %q for %q", name, c.CommandPath())
+	if c.SuggestionsMinimumDistance <= 0 {
+		c.SuggestionsMinimumDistance = 2
+	}
+	switch s := c.SuggestionsFor(name); len(s) {
+	case 0:
+		var names []string
+		for _, sub := range c.Commands() {
+			if sub.IsAvailableCommand() {
+				names = append(names, sub.Name())
+			}
+		}
+		msg += "; its commands: " + strings.Join(names, ", ")
+	case 1:
+		msg += fmt.Sprintf("; did you mean %q?", s[0])
+	default:
+		msg += "; did you mean one of " + strings.Join(s, ", ") + "?"
+	}
+	return errors.New(msg)
 }

@@ -46,6 +46,7 @@ type coreHooks struct {
 	onScrub               func(plugin.ScrubReport, error)
 	routes                map[string]http.Handler
 	digest                string // of the frozen blueprint (see blueprint)
+	source                string // where the daemon resolved it (design.Resolved.Source)
 }
 
 func init() {
@@ -113,7 +114,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 			// digest: they check the digest and decode the bytes the
 			// daemon validated, and compile no schema.
 			if f.hooks.digest != "" {
-				return design.LoadFrozen(nameOrFile, f.hooks.digest)
+				return design.LoadFrozen(nameOrFile, f.hooks.digest, f.hooks.source)
 			}
 			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data)
 		},

@@ -116,6 +116,12 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 			fmt.Fprintln(w, l)
 		}
 	}
+	for _, a := range st.Agents {
+		if a.Degraded {
+			fmt.Fprintf(w, "degraded: %s runs template %s %s from the cache: %s\n", a.ID, a.Template, a.TemplateVersion, a.DegradedReason)
+		}
+	}
+	printRunning(w, st.Agents, now)
 	if len(st.Interrupted) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "interrupted at boot (snapshot not closed cleanly):")
@@ -127,6 +133,40 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 			}
 		}
 	}
+}
+
+// printRunning writes the tasks the agents have in hand, when any runs: the
+// task, its step and what it does there (a tool, the model and the tokens it
+// streamed), how long it has run and when it last progressed.
+func printRunning(w io.Writer, agents []control.AgentInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	n := 0
+	for _, a := range agents {
+		c := a.Current
+		if c == nil {
+			continue
+		}
+		if n == 0 {
+			fmt.Fprintln(w)
+			fmt.Fprintln(tw, "RUNNING\tTASK\tSTEP\tDOING\tELAPSED\tLAST PROGRESS")
+		}
+		n++
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s ago\n", a.ID, c.TaskID, c.Step+1, doing(c),
+			shortDur(time.Duration(c.ElapsedMs)*time.Millisecond), shortDur(now.Sub(c.Updated)))
+	}
+	tw.Flush()
+}
+
+// doing says what a running task does now: "tool sleep_ms", "thinking (42
+// tokens)", "waiting for model".
+func doing(c *control.CurrentTask) string {
+	switch {
+	case c.Tool != "":
+		return "tool " + c.Tool
+	case c.Tokens > 0:
+		return fmt.Sprintf("%s (%d tokens)", c.Phase, c.Tokens)
+	}
+	return c.Phase
 }
 
 // shortDur prints a duration to the second, or to the millisecond under one.

@@ -54,6 +54,16 @@ func TestWebUIAgents(t *testing.T) {
 	}
 	// The table shows the task as the master's last result without a reload.
 	b.waitText("last result live", "#agents-table", id, 10*time.Second)
+	// A long task: the table shows it in hand (its id and tool) while it
+	// runs, by itself.
+	if code, body := api(t, "POST", base+"/agents/master/tasks", map[string]any{"task_id": "long-ui", "input": map[string]any{
+		"call": []any{map[string]any{"tool": "sleep_ms", "args": map[string]int{"ms": 6000}}}}}); code != 202 {
+		t.Fatalf("POST the long task: %d %s", code, body)
+	}
+	running := b.waitText("running task shown", "#agents-table .current-task", "tool sleep_ms", 15*time.Second)
+	if !strings.Contains(running, "long-ui") || !strings.Contains(running, "step 1") || !strings.Contains(running, "last progress") {
+		t.Errorf("running task shown as %q", running)
+	}
 	b.shot("agents")
 	b.checkA11y("agents")
 

@@ -61,6 +61,9 @@ type TaskState struct {
 	Output    json.RawMessage `json:"output,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	TickIndex uint64          `json:"tick_index,omitempty"`
+	// Current is where a running task is (GET /agents/{id}/tasks/{task_id}
+	// while it runs); never in a result.
+	Current *Current `json:"current,omitempty"`
 }
 
 // Config is everything a Runtime is built from. The host fills it from the
@@ -230,6 +233,8 @@ type Runtime struct {
 	// acknowledged any acknowledged: the clients they answered are likely
 	// to send their next event soon.
 	batches [2]int
+
+	cur current // the task in hand (Current)
 
 	mu     sync.RWMutex         // guards live and recent
 	live   map[string]string    // task id → queued or running

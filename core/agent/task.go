@@ -1,11 +1,15 @@
 package agent
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // Task is the task JSON of the transports (MQTT payload, HTTP body).
@@ -54,8 +58,9 @@ type TaskError struct {
 func (e *TaskError) Error() string { return e.Msg }
 
 // DecodeTask parses and checks one task. maxBytes bounds the payload
-// (0 means no bound). Unknown fields are ignored, so a hub may add its own;
-// a key given twice in one object is refused (bad_json).
+// (0 means no bound). An unknown field is refused (bad_json, naming it), so
+// that a misspelt "inptu" is not run as a task without input; so is a key
+// given twice in one object.
 // The task keeps data (TaskEvent queues it as it came): the caller must not
 // change data afterwards.
 func DecodeTask(data []byte, maxBytes int) (*Task, error) {
@@ -77,8 +82,13 @@ func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: not UTF-8"}
 	}
 	var t Task
-	if err := json.Unmarshal(data, &t); err != nil {
-		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: " + err.Error()}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return nil, &TaskError{CodeBadJSON, taskFieldsHint(jsonerr.Describe("task", err), err)}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: data after the task's object"}
 	}
 	// encoding/json keeps the last of two equal keys; a task whose id or
 	// input depends on which one a reader takes is refused.
@@ -106,6 +116,18 @@ func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 	// decoding it did.
 	t.raw = data
 	return &t, nil
+}
+
+// TaskFields are the fields of a task, in the order the documentation gives
+// them.
+var TaskFields = []string{"task_id", "type", "input", "project_id", "session_id", "deadline"}
+
+// taskFieldsHint adds the task's fields to the message of an unknown field.
+func taskFieldsHint(msg string, err error) string {
+	if _, ok := jsonerr.Unknown(err); ok {
+		return msg + " (a task has " + strings.Join(TaskFields, ", ") + ")"
+	}
+	return msg
 }
 
 // TaskEvent wraps a decoded task as a queue event from source. The payload

@@ -14,7 +14,9 @@ func TestDecodeTask(t *testing.T) {
 		code       string
 	}{
 		{"ok string", `{"task_id":"t1","input":"hi"}`, 0, ""},
-		{"ok call", `{"task_id":"t1","type":"x","input":{"call":[]},"project_id":"p","deadline":"2030-01-01T00:00:00Z","extra":1}`, 0, ""},
+		{"ok call", `{"task_id":"t1","type":"x","input":{"call":[]},"project_id":"p","deadline":"2030-01-01T00:00:00Z"}`, 0, ""},
+		{"unknown field", `{"task_id":"t1","inptu":"hello"}`, 0, CodeBadJSON},
+		{"unknown field, hub's own", `{"task_id":"t1","input":"hi","extra":1}`, 0, CodeBadJSON},
 		{"not json", `{"task_id":`, 0, CodeBadJSON},
 		{"array", `[1]`, 0, CodeBadJSON},
 		{"trailing", `{"task_id":"t"} x`, 0, CodeBadJSON},
@@ -82,6 +84,29 @@ func TestIDMessageUTF8(t *testing.T) {
 	}
 }
 
+// TestTaskErrorWords: a refused task is explained in the API's words: the
+// unknown field named (with the fields a task has), the JSON type expected,
+// never a Go type.
+func TestTaskErrorWords(t *testing.T) {
+	for _, tc := range []struct{ data, want string }{
+		{`{"task_id":"x2","inptu":"hello"}`, `task has an unknown field "inptu" (a task has task_id, type, input, project_id, session_id, deadline)`},
+		{`[1]`, "task must be a JSON object, not an array"},
+		{`"hello"`, "task must be a JSON object, not a string"},
+		{`{"task_id":7}`, "task: task_id must be a string, not a number"},
+		{`{"task_id":"t1","deadline":1}`, "task: deadline must be a string, not a number"},
+		{`{"task_id":"t1"} {}`, "task is not valid JSON: data after the task's object"},
+	} {
+		_, err := DecodeTask([]byte(tc.data), 0)
+		var te *TaskError
+		if !errors.As(err, &te) || te.Code != CodeBadJSON || te.Msg != tc.want {
+			t.Errorf("%s: %v, want bad_json %q", tc.data, err, tc.want)
+		}
+		if err != nil && (strings.Contains(err.Error(), "Go ") || strings.Contains(err.Error(), "agent.")) {
+			t.Errorf("%s: %q names a Go type", tc.data, err)
+		}
+	}
+}
+
 // TestDuplicateKey against encoding/json's tokens on documents of every
 // shape.
 func TestDuplicateKey(t *testing.T) {
@@ -144,13 +169,13 @@ func FuzzDecodeTask(f *testing.F) {
 	})
 }
 
-// TestTaskEventPayload: a task is queued as it came (the hub's own fields
-// kept); one built in Go is encoded.
+// TestTaskEventPayload: a task is queued as it came (its bytes, spacing and
+// key order kept); one built in Go is encoded.
 func TestTaskEventPayload(t *testing.T) {
 	cases := []struct {
 		name, data, want string
 	}{
-		{"as sent", `{"task_id":"t1", "input":"hi", "hub_field":{"a":1}}`, `{"task_id":"t1", "input":"hi", "hub_field":{"a":1}}`},
+		{"as sent", `{"task_id":"t1", "input":{"b":1, "a":2}}`, `{"task_id":"t1", "input":{"b":1, "a":2}}`},
 		{"no input", `{"task_id":"t1"}`, `{"task_id":"t1"}`},
 	}
 	for _, tc := range cases {

@@ -31,10 +31,12 @@ type tickInput struct {
 // tick runs one event through the brain and the tools, off the runtime's
 // goroutine, and hands the outcome back. It never touches r.snap.
 func (r *Runtime) tick(in tickInput) {
+	r.cur.begin(in.ev.ID, r.cfg.Now())
 	out := r.thinkAndAct(in)
 	if !out.aborted {
 		r.summarizeOverflow(in, out)
 	}
+	r.cur.end()
 	r.doneCh <- out
 }
 
@@ -306,12 +308,13 @@ func (r *Runtime) toolSpecs() []ToolSpec {
 }
 
 func (r *Runtime) progress(taskID string, step int, phase string) {
-	if r.cfg.OnProgress == nil {
-		return
-	}
 	pct := step * 100 / (r.cfg.MaxSteps + 1)
 	if phase == "done" {
 		pct = 100
+	}
+	r.cur.step(taskID, step, pct, phase, -1, r.cfg.Now())
+	if r.cfg.OnProgress == nil {
+		return
 	}
 	r.cfg.OnProgress(taskID, pct, phase)
 }
@@ -414,12 +417,14 @@ func (r *Runtime) summarizeOverflow(in tickInput, out *outcome) {
 	out.summary = &modelSummary{text: clipN(text, maxModelSummary), covers: drop}
 }
 
-// tokenProgress returns the Turn.OnTokens of one step, or nil when nobody
-// listens to progress.
+// tokenProgress returns the Turn.OnTokens of one step: the count goes to
+// Current, and to OnProgress when somebody listens.
 func (r *Runtime) tokenProgress(taskID string, step int) func(int) {
-	if r.cfg.OnProgress == nil {
-		return nil
-	}
 	pct := step * 100 / (r.cfg.MaxSteps + 1)
-	return func(n int) { r.cfg.OnProgress(taskID, pct, fmt.Sprintf("thinking: %d tokens", n)) }
+	return func(n int) {
+		r.cur.step(taskID, step, pct, "thinking", n, r.cfg.Now())
+		if r.cfg.OnProgress != nil {
+			r.cfg.OnProgress(taskID, pct, fmt.Sprintf("thinking: %d tokens", n))
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // controlHandler is the control API (see package control):
@@ -180,7 +181,7 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, badRequest("bad request: %v", err))
+		writeError(w, badRequest("bad request: %s", jsonerr.Describe("body", err)))
 		return
 	}
 	requester := r.Header.Get(control.HeaderAgent)

@@ -9,7 +9,7 @@ import (
 
 // httpHandler is the daemon's HTTP listener (http.listen):
 //
-//	GET /healthz          200 when booted, the master runs and the infrastructure is up; 503 otherwise
+//	GET /healthz          200 when booted, the master runs and the infrastructure is up (or off by configuration); 503 otherwise
 //	GET /metrics          Prometheus text: the daemon, the infrastructure, every agent
 //	GET /status           the JSON of `openstarry status --json`
 //	/agents/{id}/...      passed through to the agent's own API (tasks, snapshot)
@@ -37,15 +37,32 @@ type health struct {
 	// StateStore is "ok", or "not durable: …" when a Save may not survive
 	// a crash of the store's host (which does not make the daemon degraded).
 	StateStore string `json:"state_store,omitempty"`
+	// Templates says, per agent, which template it runs and where the
+	// daemon found it; Degraded lists what booted from the cache because
+	// the design layer could not be used (the daemon still answers 200:
+	// it works, on the last good blueprint).
+	Templates map[string]templateHealth `json:"templates,omitempty"`
+	Degraded  []string                  `json:"degraded,omitempty"`
+}
+
+type templateHealth struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	Source  string `json:"source,omitempty"`
 }
 
 func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
-	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}}
+	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}, Templates: map[string]templateHealth{}}
 	for _, m := range d.sortedMembers() {
 		st, _, _ := m.watch()
 		h.Agents[m.id] = st
 		if m.role == control.RoleMaster {
 			h.Master = st
+		}
+		a := m.info()
+		h.Templates[m.id] = templateHealth{Name: a.Template, Version: a.TemplateVersion, Source: a.Source}
+		if a.Degraded {
+			h.Degraded = append(h.Degraded, m.id+": "+a.DegradedReason)
 		}
 	}
 	d.mu.Lock()
@@ -65,7 +82,9 @@ func (d *Daemon) healthz(w http.ResponseWriter, _ *http.Request) {
 			s, degraded = "down", true
 		}
 		if sr, ok := inf.(StatusReporter); ok {
-			if st := sr.Status(); !st.Up {
+			if st := sr.Status(); st.Off {
+				s = "off"
+			} else if !st.Up {
 				s, degraded = "down", true
 				if st.Detail != "" {
 					s += ": " + st.Detail

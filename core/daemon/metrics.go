@@ -33,15 +33,20 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 	up := append([]bool(nil), d.infraUp...)
 	d.mu.Unlock()
 	for i, inf := range d.o.Infra {
-		v := i < len(up) && up[i]
+		v, off := i < len(up) && up[i], false
 		if sr, ok := inf.(StatusReporter); ok {
 			s := sr.Status()
-			v = v && s.Up
+			v, off = v && s.Up, s.Off
 			for k, g := range s.Gauges {
 				p.Gauge("openstarry_infra_"+k, g, "infra", inf.Name())
 			}
 		}
-		p.Gauge("openstarry_infra_up", b2f(v), "infra", inf.Name())
+		// An infrastructure turned off is neither up nor down: it has no
+		// openstarry_infra_up (an alert on up == 0 must not fire for it).
+		p.Gauge("openstarry_infra_enabled", b2f(!off), "infra", inf.Name())
+		if !off {
+			p.Gauge("openstarry_infra_up", b2f(v), "infra", inf.Name())
+		}
 	}
 	p.Gauge("openstarry_worker_handoffs_pending", float64(len(d.reg.snapshot().Handoffs)))
 	p.Gauge("openstarry_interrupted_agents", float64(len(st.Interrupted)))

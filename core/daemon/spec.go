@@ -60,7 +60,7 @@ func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agen
 	if typ == "" {
 		typ = t.Name
 	}
-	spec := agentSpec{Template: t.Name, Type: typ, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
+	spec := agentSpec{Template: t.Name, Type: typ, Version: res.Version, Degraded: res.Degraded, Source: res.Source, Digest: res.Digest, Blueprint: path, Requester: requester,
 		Workers: t.Workers, Tools: t.Tools, Storage: t.Storage, MaxTaskBytes: t.Limits.WithDefaults().MaxTaskBytes,
 		Ephemeral: t.Ephemeral && t.Role == design.RoleWorker}
 	spec.KeepEnv = secretEnvs(t)
@@ -100,7 +100,7 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 		lvl = "info" // readiness is an info line; the daemon filters what it forwards
 	}
 	args := []string{"core", "--agent", id, "--data", d.data, "--template", spec.Blueprint, "--template-digest", spec.Digest,
-		"--listen", "127.0.0.1:0", "--log-level", lvl, "--log-format", "json"}
+		"--template-source", spec.Source, "--listen", "127.0.0.1:0", "--log-level", lvl, "--log-format", "json"}
 	if spec.Storage == "" && d.cfg.Store != "" {
 		args = append(args, "--store", d.cfg.Store)
 	}

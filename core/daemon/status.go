@@ -69,6 +69,12 @@ func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 		a.StoreDamage, a.StoreRepaired = counterOf(fams[metrics.StoreDamageTotal]), counterOf(fams[metrics.StoreRepairTotal])
 		return nil
 	})
+	var cur *control.CurrentTask
+	if d.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/current", func(body io.Reader) error {
+		return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&cur)
+	}) {
+		a.Current = cur
+	}
 	for i := len(s.Memory.History) - 1; i >= 0; i-- {
 		if m := s.Memory.History[i]; m.Role == "assistant" && m.TaskID != "" {
 			a.LastTask, a.LastResult = m.TaskID, clipRunes(m.Content, 200)

@@ -18,7 +18,9 @@ import (
 type agentSpec struct {
 	Template     string   // template name
 	Type         string   // the template's type (its name when it has none)
+	Version      string   // template version
 	Source       string   // where the resolver found it
+	Degraded     string   // why the design layer's copy was not used (Source cache), or ""
 	Digest       string   // sha256 of the frozen bytes
 	Blueprint    string   // the frozen file
 	Requester    string   // workers: the agent that spawned it
@@ -117,7 +119,8 @@ func (m *member) info() control.AgentInfo {
 
 func (m *member) infoLocked() control.AgentInfo {
 	return control.AgentInfo{
-		ID: m.id, Role: m.role, Template: m.spec.Template, Source: m.spec.Source, Requester: m.spec.Requester,
+		ID: m.id, Role: m.role, Template: m.spec.Template, TemplateVersion: m.spec.Version, Source: m.spec.Source,
+		Degraded: m.spec.Degraded != "", DegradedReason: m.spec.Degraded, Requester: m.spec.Requester,
 		State: m.state, PID: m.pid, Addr: m.addr, Restarts: m.restarts, LastError: m.lastErr,
 		Since: m.since, Recovered: m.recovered,
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // spawnWorker is phase 4's request: resolve the worker template, freeze
@@ -196,7 +197,7 @@ func (d *Daemon) restoreWorkers(ctx context.Context) int {
 func normaliseTask(raw json.RawMessage) (json.RawMessage, string, error) {
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, "", fmt.Errorf("not a JSON object: %v", err)
+		return nil, "", errors.New(jsonerr.Describe("task", err))
 	}
 	if obj == nil {
 		return nil, "", errors.New("not a JSON object")

@@ -196,8 +196,9 @@ func (f *Fetcher) Get(ctx context.Context, name string) (*Resolved, error) {
 		}
 		return nil, fmt.Errorf("design: template %s: %w: design layer %s: %w; cache %s: %w", name, ErrUnavailable, u, err, f.CachePath(name), cacheErr)
 	}
-	f.warnDegraded(name, u, cached, err)
-	return f.fromCache(cached, SourceCache), nil
+	r := f.fromCache(cached, SourceCache)
+	r.Degraded = f.warnDegraded(name, u, cached, err)
+	return r, nil
 }
 
 // accept checks a 200 answer and caches it.
@@ -246,8 +247,9 @@ func (f *Fetcher) fromCache(c *cacheEntry, source string) *Resolved {
 		FetchedAt: c.meta.FetchedAt, Signature: c.meta.Signature, Location: c.path}
 }
 
-// warnDegraded logs the one line of a degraded boot.
-func (f *Fetcher) warnDegraded(name, u string, c *cacheEntry, cause error) {
+// warnDegraded logs the one line of a degraded boot and returns its
+// message (Resolved.Degraded).
+func (f *Fetcher) warnDegraded(name, u string, c *cacheEntry, cause error) string {
 	reason := cause.Error()
 	var fe *fetchError
 	if errors.As(cause, &fe) {
@@ -257,6 +259,7 @@ func (f *Fetcher) warnDegraded(name, u string, c *cacheEntry, cause error) {
 	if fe != nil && (fe.reason == "invalid template" || fe.reason == "bad signature") {
 		what = "answer refused"
 	}
+	msg := fmt.Sprintf("design layer %s: booting cached template %s %s %s: %s", what, name, c.t.Version, f.age(c.meta.FetchedAt), reason)
 	f.o.Logger.Warn().
 		Str("template", name).
 		Str("version", c.t.Version).
@@ -265,7 +268,8 @@ func (f *Fetcher) warnDegraded(name, u string, c *cacheEntry, cause error) {
 		Str("cache", c.path).
 		Str("reason", reason).
 		Str("error", strings.ReplaceAll(cause.Error(), "\n", "; ")).
-		Msgf("design layer %s: booting cached template %s %s %s: %s", what, name, c.t.Version, f.age(c.meta.FetchedAt), reason)
+		Msg(msg)
+	return msg
 }
 
 // age says how old a cached copy is, in words that survive a board whose

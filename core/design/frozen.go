@@ -15,8 +15,10 @@ var ErrDigest = errors.New("blueprint digest mismatch")
 // (DATA/run/blueprints/{agent}/{name}.json) and checks that its bytes have
 // digest (Digest's "sha256:HEX"). The daemon validated those bytes before
 // it froze them, so LoadFrozen compiles no schema: it only decodes them
-// strictly. Source is "local", as for any template file.
-func LoadFrozen(path, digest string) (*Resolved, error) {
+// strictly. Source is where the daemon resolved the template (remote, cache,
+// local, embedded), which the agent reports as its template_source; ""
+// means "local", as for any template file.
+func LoadFrozen(path, digest, source string) (*Resolved, error) {
 	raw, err := readFileLimit(path)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -35,5 +37,8 @@ func LoadFrozen(path, digest string) (*Resolved, error) {
 		return nil, fmt.Errorf("design: blueprint %s: name %q does not match the file name: %w", path, t.Name, ErrInvalidTemplate)
 	}
 	abs, _ := filepath.Abs(path)
-	return &Resolved{Template: t, Raw: raw, Digest: digest, Source: SourceLocal, Version: t.Version, Location: abs}, nil
+	if source == "" {
+		source = SourceLocal
+	}
+	return &Resolved{Template: t, Raw: raw, Digest: digest, Source: source, Version: t.Version, Location: abs}, nil
 }

@@ -38,7 +38,7 @@ func TestLoadFrozen(t *testing.T) {
 		{"unknown field", unknown, Digest([]byte(`{"name":"echo","surprise":1}`)), ErrInvalidTemplate},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, err := LoadFrozen(tc.path, tc.digest)
+			res, err := LoadFrozen(tc.path, tc.digest, "")
 			if tc.want != nil {
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("err = %v, want %v", err, tc.want)
@@ -64,7 +64,7 @@ func TestLoadFrozenCompilesNoSchema(t *testing.T) {
 		var m runtime.MemStats
 		allocated := func() uint64 { runtime.ReadMemStats(&m); return m.TotalAlloc }
 		before := allocated()
-		res, err := LoadFrozen(path, digest)
+		res, err := LoadFrozen(path, digest, "")
 		if err != nil {
 			fmt.Printf("FROZEN error %v\n", err)
 			return

@@ -32,6 +32,9 @@ type Resolved struct {
 	FetchedAt time.Time // remote and cache: when the design layer last served or confirmed these bytes; zero otherwise
 	Signature string    // the detached signature that came with it, "" when none
 	Location  string    // URL, cache file, template file or "embedded:NAME"
+	// Degraded says why the design layer's copy was not used, when the
+	// template came from the cache instead (a degraded boot); "" otherwise.
+	Degraded string
 }
 
 // Vars returns what the kernel stores in the agent's working variables:

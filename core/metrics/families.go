@@ -95,11 +95,10 @@ func WriteLabelled(w io.Writer, label string, srcs []Labelled) {
 	sort.Strings(names)
 	var b strings.Builder
 	for _, n := range names {
-		b.WriteString("# HELP " + n)
 		if first[n].Help != "" {
-			b.WriteString(" " + first[n].Help)
+			b.WriteString("# HELP " + n + " " + first[n].Help + "\n")
 		}
-		b.WriteString("\n# TYPE " + n + " " + first[n].Type + "\n")
+		b.WriteString("# TYPE " + n + " " + first[n].Type + "\n")
 		for _, s := range srcs {
 			if f := s.Families[n]; f != nil {
 				for _, l := range f.Lines {

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"bytes"
 	"io"
 	"runtime"
 	"runtime/debug"
@@ -54,10 +55,12 @@ func (p *Page) Then(w func(io.Writer)) { p.after = append(p.after, w) }
 // Render writes the exposition: the samples, grouped by family and
 // sorted, then what Runtime and Then added.
 func (p *Page) Render(w io.Writer) {
-	p.set.WritePrometheus(w)
+	var b bytes.Buffer
+	p.set.WritePrometheus(&b)
 	for _, f := range p.after {
-		f(w)
+		f(&b)
 	}
+	withHelp(w, b.Bytes())
 }
 
 // BuildInfo adds openstarry_build_info with the version, the revision

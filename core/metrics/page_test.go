@@ -31,6 +31,15 @@ func TestPage(t *testing.T) {
 			t.Errorf("%s: no %q in\n%s", tc.name, tc.want, out)
 		}
 	}
+	// No empty # HELP line: a family has its text, or none.
+	for _, line := range strings.Split(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "#" && f[1] == "HELP" {
+			t.Errorf("empty help line %q", line)
+		}
+	}
+	if !strings.Contains(out, "# HELP openstarry_boot_phase_duration_seconds How long each of the four boot phases took.\n") {
+		t.Errorf("no help text for openstarry_boot_phase_duration_seconds")
+	}
 	if n := strings.Count(out, "# TYPE openstarry_boot_phase_duration_seconds "); n != 1 {
 		t.Errorf("# TYPE of a family written %d times", n)
 	}
@@ -53,7 +62,7 @@ func TestWriteLabelled(t *testing.T) {
 		{Value: "w", Families: Families(strings.NewReader(in), "openstarry_agent_")},
 		{Value: "m", Families: Families(strings.NewReader(in), "openstarry_agent_")},
 	})
-	want := "# HELP openstarry_agent_x_seconds\n# TYPE openstarry_agent_x_seconds histogram\n" +
+	want := "# TYPE openstarry_agent_x_seconds histogram\n" +
 		"openstarry_agent_x_seconds_bucket{agent=\"m\",le=\"1\"} 2\nopenstarry_agent_x_seconds_count{agent=\"m\"} 2\n" +
 		"openstarry_agent_x_seconds_bucket{agent=\"w\",le=\"1\"} 2\nopenstarry_agent_x_seconds_count{agent=\"w\"} 2\n"
 	if b.String() != want {

@@ -115,6 +115,10 @@ func OpenTransport(name string, cfg *config.Config, env TransportEnv) (Transport
 type InfraStatus struct {
 	Up     bool
 	Detail string
+	// Off is set when the configuration turned the plugin off (mqtt.disabled):
+	// /healthz says "off" and /metrics openstarry_infra_enabled 0, neither
+	// up nor down.
+	Off bool
 	// Gauges are exported as openstarry_infra_{name}{infra="Name"}.
 	Gauges map[string]float64
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // ErrBadRequest is wrapped by every error of a request body or argument.
@@ -78,7 +80,7 @@ func strictDecode(r io.Reader, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: body: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: %s", ErrBadRequest, jsonerr.Describe("body", err))
 	}
 	if dec.More() {
 		return fmt.Errorf("%w: body: data after the JSON object", ErrBadRequest)

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
 // Telemetry is what a device publishes, retained, on
@@ -33,6 +35,16 @@ type AgentTelemetry struct {
 	// StoreDamage counts the damaged parts of the agent's store its scrubs
 	// found since it started (docs/storage-damage.md).
 	StoreDamage uint64 `json:"store_damage,omitempty"`
+	// The template it runs, and where the daemon found it; Degraded and
+	// DegradedReason when that was the cache because the design layer
+	// could not be used.
+	Template        string `json:"template,omitempty"`
+	TemplateVersion string `json:"template_version,omitempty"`
+	TemplateSource  string `json:"template_source,omitempty"`
+	Degraded        bool   `json:"degraded,omitempty"`
+	DegradedReason  string `json:"degraded_reason,omitempty"`
+	// Current is the task the agent has in hand, when it runs one.
+	Current *control.CurrentTask `json:"current_task,omitempty"`
 }
 
 // TelemetryTopic is where a device's telemetry is retained.

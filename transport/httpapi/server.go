@@ -64,6 +64,7 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("POST /agents/{id}/tasks", s.postTask)
 	s.mux.HandleFunc("GET /agents/{id}/tasks/{task}", s.getTask)
 	s.mux.HandleFunc("GET /agents/{id}/snapshot", s.getSnapshot)
+	s.mux.HandleFunc("GET /agents/{id}/current", s.getCurrent)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpx.JSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -185,8 +186,21 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 	case !ok:
 		httpx.Error(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
 	default:
+		if c := rt.Current(); st.Status == agent.TaskRunning && c != nil && c.TaskID == id {
+			st.Current = c
+		}
 		httpx.JSON(w, http.StatusOK, st)
 	}
+}
+
+// getCurrent answers the task the agent has in hand (agent.Current), or
+// null when it runs none.
+func (s *Server) getCurrent(w http.ResponseWriter, r *http.Request) {
+	rt := s.agent(w, r)
+	if rt == nil {
+		return
+	}
+	httpx.JSON(w, http.StatusOK, rt.Current())
 }
 
 // MaxWait bounds the wait query parameter.

@@ -78,6 +78,8 @@ func TestTaskAPI(t *testing.T) {
 		{"unknown task", "GET", "/agents/a1/tasks/nope", ``, 404, "unknown_task"},
 		{"health", "GET", "/healthz", ``, 200, ""},
 		{"duplicate key", "POST", "/agents/a1/tasks", `{"task_id":"a","task_id":"b"}`, 400, "bad_json"},
+		{"unknown field", "POST", "/agents/a1/tasks", `{"task_id":"x2","inptu":"hello"}`, 400, "bad_json"},
+		{"not an object", "POST", "/agents/a1/tasks", `["x"]`, 400, "bad_json"},
 		{"unknown route", "GET", "/nope", ``, 404, "not_found"},
 		{"wrong method", "DELETE", "/agents/a1/tasks", ``, 405, "method_not_allowed"},
 		{"wrong method on a task", "POST", "/agents/a1/tasks/t1", `{}`, 405, "method_not_allowed"},
@@ -92,6 +94,20 @@ func TestTaskAPI(t *testing.T) {
 				t.Fatal("error body without a message")
 			}
 		})
+	}
+	// The refusals say what was wrong in the API's words: the unknown field
+	// named, the JSON expected, never a Go type.
+	for body, want := range map[string]string{
+		`{"task_id":"x2","inptu":"hello"}`: `task has an unknown field "inptu"`,
+		`["x"]`:                            "task must be a JSON object, not an array",
+	} {
+		_, out := do(t, h, "POST", "/agents/a1/tasks", body, "", "")
+		if msg, _ := out["error"].(string); !strings.Contains(msg, want) || strings.Contains(msg, "Go ") {
+			t.Errorf("%s: error %q, want %q", body, msg, want)
+		}
+	}
+	if status, _ := do(t, h, "GET", "/agents/a1/tasks/x2", "", "", ""); status != 404 {
+		t.Errorf("the task with an unknown field was queued: GET answers %d", status)
 	}
 	wait.Until(t, 5*time.Second, "t1 done", func() error {
 		status, body := do(t, h, "GET", "/agents/a1/tasks/t1", "", "", "")

@@ -327,7 +327,7 @@ func (m *Infra) Close() error {
 // Status reports the daemon's MQTT connection for /healthz and /metrics.
 func (m *Infra) Status() plugin.InfraStatus {
 	if m.cfg.Disabled {
-		return plugin.InfraStatus{Up: true, Detail: "disabled"}
+		return plugin.InfraStatus{Up: true, Off: true, Detail: "disabled"}
 	}
 	conn := m.up.Load()
 	st := plugin.InfraStatus{Up: true, Gauges: map[string]float64{"mqtt_connected": b2f(conn)}}

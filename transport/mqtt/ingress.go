@@ -122,15 +122,11 @@ func (c *Client) republish(st agent.TaskState) {
 	default:
 		return
 	}
-	out := st.Output
-	if len(out) == 0 {
-		out = json.RawMessage("null")
-	}
 	agentID := st.AgentID
 	if agentID == "" {
 		agentID = c.cfg.Agent
 	}
-	body, err := json.Marshal(resultMsg{TaskID: st.TaskID, AgentID: agentID, Status: st.Status, Output: out,
+	body, err := json.Marshal(resultMsg{TaskID: st.TaskID, AgentID: agentID, Status: st.Status, Output: st.Output,
 		Error: st.Error, TickIndex: st.TickIndex})
 	if err == nil {
 		c.pc.Publish(c.topics.Results, 1, false, body)

@@ -12,15 +12,11 @@ import (
 // publishWindow bounds the results published and not yet acknowledged.
 const publishWindow = 256
 
-// resultMsg is the payload of the results topic.
-type resultMsg struct {
-	TaskID    string          `json:"task_id"`
-	AgentID   string          `json:"agent_id"`
-	Status    string          `json:"status"`
-	Output    json.RawMessage `json:"output"`
-	Error     string          `json:"error"`
-	TickIndex uint64          `json:"tick_index"`
-}
+// resultMsg is the payload of the results topic: the same encoding as a
+// finished task over HTTP (GET /agents/{id}/tasks/{task_id}, ?wait=), so
+// that a result reads the same whichever way it came: output and error are
+// left out when the task has none.
+type resultMsg = agent.TaskState
 
 // pending is one result on its way to the broker. Only the publisher
 // goroutine touches it once it left Client.incoming.
@@ -49,17 +45,13 @@ func (c *Client) Deliver(results []agent.Result) {
 			continue // handed over already
 		}
 		c.lastSeq, c.anySeq = r.Seq, true
-		out := r.Output
-		if len(out) == 0 {
-			out = json.RawMessage("null")
-		}
 		payload, err := json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: r.Status,
-			Output: out, Error: r.Error, TickIndex: r.TickIndex})
+			Output: r.Output, Error: r.Error, TickIndex: r.TickIndex})
 		if err != nil {
 			// Output is JSON the runtime produced; this cannot happen,
 			// but a result must never vanish silently.
 			payload, _ = json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: agent.ResultFailed,
-				Output: json.RawMessage("null"), Error: "result output is not JSON: " + err.Error(), TickIndex: r.TickIndex})
+				Error: "result output is not JSON: " + err.Error(), TickIndex: r.TickIndex})
 		}
 		ps = append(ps, &pending{seq: r.Seq, taskID: r.TaskID, payload: payload})
 	}

@@ -88,18 +88,24 @@ type SpawnResult struct {
 
 // AgentInfo is one agent in a status answer.
 type AgentInfo struct {
-	ID        string    `json:"id"`
-	Role      string    `json:"role"`
-	Template  string    `json:"template"`
-	Source    string    `json:"template_source,omitempty"` // remote, cache, local, embedded
-	Requester string    `json:"requester,omitempty"`       // workers: who spawned it
-	State     string    `json:"state"`
-	PID       int       `json:"pid,omitempty"`
-	Addr      string    `json:"addr,omitempty"` // the agent's HTTP API, http://127.0.0.1:PORT
-	Restarts  int       `json:"restarts"`
-	LastError string    `json:"last_error,omitempty"`
-	Since     time.Time `json:"since"` // when State was entered
-	Recovered bool      `json:"recovered,omitempty"`
+	ID              string `json:"id"`
+	Role            string `json:"role"`
+	Template        string `json:"template"`
+	TemplateVersion string `json:"template_version,omitempty"`
+	Source          string `json:"template_source,omitempty"` // remote, cache, local, embedded
+	// Degraded is set when the template came from the cache because the
+	// design layer could not be used (a degraded boot); DegradedReason
+	// says why, as the daemon's log line does.
+	Degraded       bool      `json:"degraded,omitempty"`
+	DegradedReason string    `json:"degraded_reason,omitempty"`
+	Requester      string    `json:"requester,omitempty"` // workers: who spawned it
+	State          string    `json:"state"`
+	PID            int       `json:"pid,omitempty"`
+	Addr           string    `json:"addr,omitempty"` // the agent's HTTP API, http://127.0.0.1:PORT
+	Restarts       int       `json:"restarts"`
+	LastError      string    `json:"last_error,omitempty"`
+	Since          time.Time `json:"since"` // when State was entered
+	Recovered      bool      `json:"recovered,omitempty"`
 
 	// From the agent's snapshot when it answered; Snapshot is false when
 	// it did not.
@@ -117,6 +123,22 @@ type AgentInfo struct {
 	// (docs/storage-damage.md).
 	StoreDamage   uint64 `json:"store_damage,omitempty"`
 	StoreRepaired uint64 `json:"store_repaired,omitempty"`
+	// Current is the task the agent runs now (its GET /agents/{id}/current),
+	// nil when idle or when it did not answer.
+	Current *CurrentTask `json:"current_task,omitempty"`
+}
+
+// CurrentTask is the task an agent has in hand (agent.Current's JSON).
+type CurrentTask struct {
+	TaskID    string    `json:"task_id"`
+	Step      int       `json:"step"`
+	Phase     string    `json:"phase"`
+	Tool      string    `json:"tool,omitempty"`
+	Percent   int       `json:"progress_percent"`
+	Tokens    int       `json:"tokens,omitempty"`
+	Started   time.Time `json:"started"`
+	ElapsedMs int64     `json:"elapsed_ms"`
+	Updated   time.Time `json:"updated"`
 }
 
 // Interruption is an agent whose snapshot was not closed cleanly when the

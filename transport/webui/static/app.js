@@ -331,14 +331,16 @@ PAGES.agents = {
     if (!$('#agents-table')) return; // the page changed meanwhile
     $('#agents-updated').textContent = 'Updated ' + fmtTime(new Date()) + '.';
     const agents = arr(st, 'agents');
-    if (!changed('agents', agents.map((a) => [a.id, a.state, a.tick, a.queue, a.restarts, a.last_task, a.last_result, a.pid, a.last_error]))) return;
+    if (!changed('agents', agents.map((a) => [a.id, a.state, a.tick, a.queue, a.restarts, a.last_task, a.last_result, a.pid, a.last_error,
+      a.current_task ? JSON.stringify(a.current_task) : '']))) return;
     const box = $('#agents-table');
     if (!agents.length) { fill(box, el('p', { class: 'muted', text: 'No agents run in this daemon.' })); return; }
     fill(box, table('Agents of this daemon',
       ['Agent', 'Role', 'State', 'Tick', 'Queue', 'Restarts', 'Last result', 'Since'], agents, (a) => [
         el('td', { class: 'mono wrap' }, a.id),
         a.role + (a.requester ? ' of ' + a.requester : ''),
-        el('td', {}, badge(a.state), a.last_error ? el('div', { class: 'hint wrap', text: clip(a.last_error, 160) }) : null),
+        el('td', {}, badge(a.state), a.current_task ? currentTask(a.current_task) : null,
+          a.last_error ? el('div', { class: 'hint wrap', text: clip(a.last_error, 160) }) : null),
         el('td', { class: 'num', text: a.snapshot ? String(a.tick) : '—' }),
         el('td', { class: 'num', text: a.snapshot ? String(a.queue) : '—' }),
         el('td', { class: 'num', text: String(a.restarts) }),
@@ -354,6 +356,21 @@ PAGES.agents = {
     }
   },
 };
+
+// currentTask shows the task an agent has in hand: its id, what it does
+// (a tool, the model and the tokens it streamed), how long it has run and
+// when it last progressed.
+function currentTask(c) {
+  const doing = c.tool ? 'tool ' + c.tool : c.phase + (c.tokens ? ` (${c.tokens} tokens)` : '');
+  const ago = Math.max(0, Math.round((Date.now() - new Date(c.updated)) / 1000));
+  return el('div', { class: 'hint wrap current-task' }, 'task ', el('code', { text: c.task_id }),
+    ` · step ${c.step + 1} · ${doing} · ${fmtDur(c.elapsed_ms)} · last progress ${ago} s ago`);
+}
+
+function fmtDur(ms) {
+  const s = Math.round((ms || 0) / 1000);
+  return s < 60 ? `${s} s` : `${Math.floor(s / 60)} min ${s % 60} s`;
+}
 
 function newTaskID() {
   const b = new Uint8Array(4);
