@@ -51,6 +51,11 @@ type Sessions struct {
 	AutoResume bool
 }
 
+// MinTokenLen is the shortest http.token (and run --token) accepted: a
+// bearer token guessed by brute force, even at the lockout's rate, must be
+// out of reach.
+const MinTokenLen = 16
+
 // HTTP is the daemon's own listener (/healthz, /metrics, the agents).
 type HTTP struct {
 	Listen string // "" disables it
@@ -136,7 +141,7 @@ var Keys = []Key{
 	{Name: "store", Env: "OPENSTARRY_STORE", Doc: "snapshot store URL (bbolt://, sqlite://, file://, redis://); empty: bbolt:// under the data directory", Flag: "store", field: func(c *Config) any { return &c.Store }},
 
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
-	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
+	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback, at least 16 characters; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
 	{Name: "http.hosts", Env: "OPENSTARRY_HTTP_HOSTS", Doc: "more host names the HTTP listener answers to (Host header), besides IP addresses, localhost and this machine's name; \"*.example.com\" for the names under example.com; env: comma-separated. Any other Host is refused 403 bad_host (DNS rebinding)", field: func(c *Config) any { return &c.HTTP.Hosts }},
 
 	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", Flag: "design-url", field: func(c *Config) any { return &c.Design.URL }},
@@ -476,6 +481,9 @@ func (c *Config) Validate() error {
 		if u, err := url.Parse(c.Store); err != nil || u.Scheme == "" {
 			bad("store", "%q is not a store URL (bbolt://, sqlite://, file://, redis://)", c.Store)
 		}
+	}
+	if c.HTTP.Token != "" && len(c.HTTP.Token) < MinTokenLen {
+		bad("http.token", "is too short: at least %d characters are required, it has %d (make one with: openssl rand -hex 16)", MinTokenLen, len(c.HTTP.Token))
 	}
 	if c.HTTP.Listen != "" {
 		host, _, err := net.SplitHostPort(c.HTTP.Listen)

@@ -150,6 +150,8 @@ func TestValidate(t *testing.T) {
 		{"log.level", "loud", "want trace"},
 		{"log.format", "xml", "want json"},
 		{"mqtt.cert", "c.pem", "need mqtt.broker"},
+		{"http.token", "a", "at least 16 characters are required, it has 1"},
+		{"http.token", "s3cret-s3cret-1", "it has 15"},
 	} {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
 			c := Default()
@@ -164,7 +166,7 @@ func TestValidate(t *testing.T) {
 	}
 	c := Default()
 	_ = c.Set("http.listen", "0.0.0.0:7777")
-	_ = c.Set("http.token", "s3cret")
+	_ = c.Set("http.token", "s3cret-s3cret-16")
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
