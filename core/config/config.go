@@ -71,6 +71,9 @@ type Design struct {
 	Timeout     time.Duration
 	Retries     int
 	TrustedKeys []string // ed25519 public keys (base64 or .pub files)
+	// AllowUnsignedCommands lets unsigned templates from the design layer
+	// start mcp_servers commands (refused by default).
+	AllowUnsignedCommands bool
 	Templates   string   // local template directory; "" = DATA/templates
 }
 
@@ -148,6 +151,7 @@ var Keys = []Key{
 	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", Flag: "design-timeout", field: func(c *Config) any { return &c.Design.Timeout }},
 	{Name: "design.retries", Env: "OPENSTARRY_DESIGN_RETRIES", Default: "3", Doc: "retries of a failed design layer request before the cached copy is used (0: none)", Flag: "design-retries", field: func(c *Config) any { return &c.Design.Retries }},
 	{Name: "design.trusted_keys", Env: "OPENSTARRY_DESIGN_TRUSTED_KEYS", Doc: "ed25519 public keys (base64 or .pub file paths) one of which must have signed templates from the design layer; env: comma-separated", Flag: "trusted-key", field: func(c *Config) any { return &c.Design.TrustedKeys }},
+	{Name: "design.allow_unsigned_commands", Env: "OPENSTARRY_DESIGN_ALLOW_UNSIGNED_COMMANDS", Default: "false", Doc: "let a template from design.url name mcp_servers commands without design.trusted_keys (each is logged as a warning); by default such a template is refused", field: func(c *Config) any { return &c.Design.AllowUnsignedCommands }},
 	{Name: "design.templates", Env: "OPENSTARRY_TEMPLATES", Doc: "local template directory; empty: DATA/templates", Flag: "templates", field: func(c *Config) any { return &c.Design.Templates }},
 
 	{Name: "mqtt.disabled", Env: "OPENSTARRY_NO_MQTT", Default: "false", Doc: "no MQTT at all: no embedded broker, agents take tasks over HTTP only", Flag: "no-mqtt", Agent: true, field: func(c *Config) any { return &c.MQTT.Disabled }},
