@@ -74,7 +74,7 @@ type Design struct {
 	// AllowUnsignedCommands lets unsigned templates from the design layer
 	// start mcp_servers commands (refused by default).
 	AllowUnsignedCommands bool
-	Templates   string   // local template directory; "" = DATA/templates
+	Templates             string // local template directory; "" = DATA/templates
 }
 
 // MQTT is handed to the agents (as their flags) and to the embedded broker.
