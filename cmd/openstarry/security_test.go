@@ -248,3 +248,19 @@ func TestShortTokenRefused(t *testing.T) {
 		t.Fatalf("run --token short: %d\n%s", code, out)
 	}
 }
+
+// TestBrokerListenOffLoopback: an embedded broker on a specific
+// non-loopback address, which refuses the agent's own anonymous client, is
+// refused at start with what to do instead, by run and by the daemon.
+func TestBrokerListenOffLoopback(t *testing.T) {
+	data := dataDir(t)
+	out, code := runCLI(t, "run", "--agent", "a1", "--data", data, "--listen", "127.0.0.1:0", "--broker-listen", "192.0.2.200:18831")
+	if code == 0 || !strings.Contains(out, "Listen on 0.0.0.0:18831") {
+		t.Fatalf("run --broker-listen off loopback: %d\n%s", code, out)
+	}
+	cfg := daemonConfig(t, data, "mqtt:\n  broker_listen: 192.0.2.200:18831\n")
+	out, code = runCLI(t, "start", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "mqtt.broker_listen: 192.0.2.200:18831 is not a loopback address") {
+		t.Fatalf("start with mqtt.broker_listen off loopback: %d\n%s", code, out)
+	}
+}

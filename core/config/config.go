@@ -549,6 +549,11 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q: want json or console", c.Log.Format)
 	}
+	if c.MQTT.Broker == "" && !c.MQTT.Disabled {
+		if err := CheckBrokerListen(c.MQTT.BrokerListen, c.MQTT.Username); err != nil {
+			bad("mqtt.broker_listen", "%v", err)
+		}
+	}
 	if c.MQTT.Broker != "" && (c.MQTT.BrokerUsers != "") {
 		bad("mqtt.broker_users", "configures the embedded broker; it cannot be used with mqtt.broker")
 	}
@@ -564,6 +569,28 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// CheckBrokerListen refuses an embedded broker address the device's own
+// agents could not use: they connect to it at that address, and without a
+// user name the broker admits only clients from loopback, so a specific
+// non-loopback address (10.0.0.5:1883) needs username, a user of
+// mqtt.broker_users. An unspecified address (0.0.0.0:1883, [::]:1883)
+// is reached over 127.0.0.1.
+func CheckBrokerListen(listen, username string) error {
+	if listen == "" || username != "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT", listen)
+	}
+	if ip := net.ParseIP(host); loopbackHost(host) || (ip != nil && ip.IsUnspecified()) {
+		return nil
+	}
+	return fmt.Errorf("%s is not a loopback address, and this device's agents connect to the embedded broker there: "+
+		"it admits clients without a user name only from loopback, so they would be refused. Listen on 0.0.0.0:%s "+
+		"(the agents then connect over 127.0.0.1), or set mqtt.username and mqtt.password to a user of mqtt.broker_users", listen, port)
 }
 
 // validID mirrors agent.ValidateID (this package stays free of the kernel).
