@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
@@ -97,6 +98,9 @@ func runAgent(ctx context.Context, f runFlags) error {
 	}
 	if f.listen != "" && f.token == "" && !loopbackAddr(f.listen) {
 		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_API_TOKEN) so the API is not open to the network", f.listen)
+	}
+	if f.token != "" && len(f.token) < config.MinTokenLen {
+		return fmt.Errorf("--token is too short: at least %d characters are required, it has %d (make one with: openssl rand -hex 16)", config.MinTokenLen, len(f.token))
 	}
 	cfg, err := f.keys.config()
 	if err != nil {

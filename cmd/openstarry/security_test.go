@@ -228,3 +228,39 @@ func TestWebhookReplay(t *testing.T) {
 		t.Fatalf("the replay record: %v %v", fi, err)
 	}
 }
+
+// TestShortTokenRefused: a bearer token shorter than the documented
+// minimum is refused at start, by the daemon and by run.
+func TestShortTokenRefused(t *testing.T) {
+	data := dataDir(t)
+	cfg := daemonConfig(t, data, "")
+	raw, _ := os.ReadFile(cfg)
+	withToken := strings.Replace(string(raw), "  listen: 127.0.0.1:0\n", "  listen: 127.0.0.1:0\n  token: a\n", 1)
+	if err := os.WriteFile(cfg, []byte(withToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runCLI(t, "start", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "http.token: is too short: at least 16 characters are required, it has 1") {
+		t.Fatalf("start with http.token a: %d\n%s", code, out)
+	}
+	out, code = runCLI(t, "run", "--agent", "a1", "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt", "--token", "short")
+	if code == 0 || !strings.Contains(out, "--token is too short: at least 16 characters are required, it has 5") {
+		t.Fatalf("run --token short: %d\n%s", code, out)
+	}
+}
+
+// TestBrokerListenOffLoopback: an embedded broker on a specific
+// non-loopback address, which refuses the agent's own anonymous client, is
+// refused at start with what to do instead, by run and by the daemon.
+func TestBrokerListenOffLoopback(t *testing.T) {
+	data := dataDir(t)
+	out, code := runCLI(t, "run", "--agent", "a1", "--data", data, "--listen", "127.0.0.1:0", "--broker-listen", "192.0.2.200:18831")
+	if code == 0 || !strings.Contains(out, "Listen on 0.0.0.0:18831") {
+		t.Fatalf("run --broker-listen off loopback: %d\n%s", code, out)
+	}
+	cfg := daemonConfig(t, data, "mqtt:\n  broker_listen: 192.0.2.200:18831\n")
+	out, code = runCLI(t, "start", "--config", cfg)
+	if code == 0 || !strings.Contains(out, "mqtt.broker_listen: 192.0.2.200:18831 is not a loopback address") {
+		t.Fatalf("start with mqtt.broker_listen off loopback: %d\n%s", code, out)
+	}
+}

@@ -34,7 +34,7 @@ func templateResolver(d config.Design, dataDir string) (*design.Resolver, error)
 		var err error
 		fetcher, err = design.NewFetcher(design.Options{
 			URL: d.URL, CacheDir: filepath.Join(dataDir, "templates-cache"), Timeout: d.Timeout,
-			Retries: retries, TrustedKeys: keys, Validator: v, Logger: log,
+			Retries: retries, TrustedKeys: keys, AllowUnsignedCommands: d.AllowUnsignedCommands, Validator: v, Logger: log,
 		})
 		if err != nil {
 			return nil, err

@@ -18,6 +18,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/release"
 	"github.com/openstarry/openstarry-edge/core/update"
+	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -135,5 +136,29 @@ func TestUpdateDowngradeRefused(t *testing.T) {
 	}
 	if j := readJournal(t, data); j.From != v2 || j.To != v1 || !j.Rollback || j.Phase != update.PhaseCommitted {
 		t.Fatalf("journal after the rollback %+v", j)
+	}
+}
+
+// TestFleetUpdateEmbeddedBroker: the hub's update command through the
+// daemon's own embedded broker, which restarts with the daemon: the
+// command's sender connects again and reads the outcome, and exits 0 when
+// the update committed.
+func TestFleetUpdateEmbeddedBroker(t *testing.T) {
+	r := buildRelease(t)
+	srv := httptest.NewServer(http.FileServer(http.Dir(r.dir)))
+	defer srv.Close()
+	port := loopback.FreePort(t)
+	data := dataDir(t)
+	cfg := updateConfig(t, data, r, fmt.Sprintf("mqtt:\n  broker_listen: 127.0.0.1:%d\n  device: dev-e\n", port))
+	d := startDaemon(t, cfg)
+	broker := fmt.Sprintf("tcp://127.0.0.1:%d", port)
+	d.waitLog("mqtt: connected to "+broker, 30*time.Second)
+	out, code := runCLI(t, "fleet", "command", "--broker", broker, "--device", "dev-e", "--key", r.key,
+		"--url", srv.URL+"/"+filepath.Base(r.bin), "--timeout", "3m", "update")
+	if code != 0 || !strings.Contains(out, `"state":"committed"`) {
+		t.Fatalf("update through the embedded broker: %d\n%s\n%s", code, out, d.logs())
+	}
+	if v := daemonStatus(t, data).Version; v != v2 {
+		t.Fatalf("version %s after the update", v)
 	}
 }

@@ -56,6 +56,11 @@ type Sessions struct {
 	AutoResume bool
 }
 
+// MinTokenLen is the shortest http.token (and run --token) accepted: a
+// bearer token guessed by brute force, even at the lockout's rate, must be
+// out of reach.
+const MinTokenLen = 16
+
 // HTTP is the daemon's own listener (/healthz, /metrics, the agents).
 type HTTP struct {
 	Listen string // "" disables it
@@ -71,7 +76,10 @@ type Design struct {
 	Timeout     time.Duration
 	Retries     int
 	TrustedKeys []string // ed25519 public keys (base64 or .pub files)
-	Templates   string   // local template directory; "" = DATA/templates
+	// AllowUnsignedCommands lets unsigned templates from the design layer
+	// start mcp_servers commands (refused by default).
+	AllowUnsignedCommands bool
+	Templates             string // local template directory; "" = DATA/templates
 }
 
 // MQTT is handed to the agents (as their flags) and to the embedded broker.
@@ -150,13 +158,14 @@ var Keys = []Key{
 	{Name: "scrub_interval", Env: "OPENSTARRY_SCRUB_INTERVAL", Default: "1h", Doc: "how often, at most, each agent reads its store's files back from the disk to find damage (after 30 seconds without a save), and the daemon checks sessions.db; 0 disables it", Flag: "scrub-interval", Agent: true, field: func(c *Config) any { return &c.ScrubInterval }},
 
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
-	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
+	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback, at least 16 characters; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
 	{Name: "http.hosts", Env: "OPENSTARRY_HTTP_HOSTS", Doc: "more host names the HTTP listener answers to (Host header), besides IP addresses, localhost and this machine's name; \"*.example.com\" for the names under example.com; env: comma-separated. Any other Host is refused 403 bad_host (DNS rebinding)", field: func(c *Config) any { return &c.HTTP.Hosts }},
 
 	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", Flag: "design-url", field: func(c *Config) any { return &c.Design.URL }},
 	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", Flag: "design-timeout", field: func(c *Config) any { return &c.Design.Timeout }},
 	{Name: "design.retries", Env: "OPENSTARRY_DESIGN_RETRIES", Default: "3", Doc: "retries of a failed design layer request before the cached copy is used (0: none)", Flag: "design-retries", field: func(c *Config) any { return &c.Design.Retries }},
 	{Name: "design.trusted_keys", Env: "OPENSTARRY_DESIGN_TRUSTED_KEYS", Doc: "ed25519 public keys (base64 or .pub file paths) one of which must have signed templates from the design layer; env: comma-separated", Flag: "trusted-key", field: func(c *Config) any { return &c.Design.TrustedKeys }},
+	{Name: "design.allow_unsigned_commands", Env: "OPENSTARRY_DESIGN_ALLOW_UNSIGNED_COMMANDS", Default: "false", Doc: "let a template from design.url name mcp_servers commands without design.trusted_keys (each is logged as a warning); by default such a template is refused", field: func(c *Config) any { return &c.Design.AllowUnsignedCommands }},
 	{Name: "design.templates", Env: "OPENSTARRY_TEMPLATES", Doc: "local template directory; empty: DATA/templates", Flag: "templates", field: func(c *Config) any { return &c.Design.Templates }},
 
 	{Name: "mqtt.disabled", Env: "OPENSTARRY_NO_MQTT", Default: "false", Doc: "no MQTT at all: no embedded broker, agents take tasks over HTTP only", Flag: "no-mqtt", Agent: true, field: func(c *Config) any { return &c.MQTT.Disabled }},
@@ -496,6 +505,9 @@ func (c *Config) Validate() error {
 			bad("store", "%q is not a store URL (bbolt://, sqlite://, file://, redis://)", c.Store)
 		}
 	}
+	if c.HTTP.Token != "" && len(c.HTTP.Token) < MinTokenLen {
+		bad("http.token", "is too short: at least %d characters are required, it has %d (make one with: openssl rand -hex 16)", MinTokenLen, len(c.HTTP.Token))
+	}
 	if c.HTTP.Listen != "" {
 		host, _, err := net.SplitHostPort(c.HTTP.Listen)
 		if err != nil {
@@ -572,6 +584,11 @@ func (c *Config) Validate() error {
 	if c.MQTT.BrokerMaxPacketBytes > 268435460 {
 		bad("mqtt.broker_max_packet_bytes", "%d is more than MQTT's largest packet, 268435460", c.MQTT.BrokerMaxPacketBytes)
 	}
+	if c.MQTT.Broker == "" && !c.MQTT.Disabled {
+		if err := CheckBrokerListen(c.MQTT.BrokerListen, c.MQTT.Username); err != nil {
+			bad("mqtt.broker_listen", "%v", err)
+		}
+	}
 	if c.MQTT.Broker != "" && (c.MQTT.BrokerUsers != "") {
 		bad("mqtt.broker_users", "configures the embedded broker; it cannot be used with mqtt.broker")
 	}
@@ -587,6 +604,28 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// CheckBrokerListen refuses an embedded broker address the device's own
+// agents could not use: they connect to it at that address, and without a
+// user name the broker admits only clients from loopback, so a specific
+// non-loopback address (10.0.0.5:1883) needs username, a user of
+// mqtt.broker_users. An unspecified address (0.0.0.0:1883, [::]:1883)
+// is reached over 127.0.0.1.
+func CheckBrokerListen(listen, username string) error {
+	if listen == "" || username != "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("%q is not HOST:PORT", listen)
+	}
+	if ip := net.ParseIP(host); loopbackHost(host) || (ip != nil && ip.IsUnspecified()) {
+		return nil
+	}
+	return fmt.Errorf("%s is not a loopback address, and this device's agents connect to the embedded broker there: "+
+		"it admits clients without a user name only from loopback, so they would be refused. Listen on 0.0.0.0:%s "+
+		"(the agents then connect over 127.0.0.1), or set mqtt.username and mqtt.password to a user of mqtt.broker_users", listen, port)
 }
 
 // validID mirrors agent.ValidateID (this package stays free of the kernel).

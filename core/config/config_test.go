@@ -155,6 +155,9 @@ func TestValidate(t *testing.T) {
 		{"mqtt.broker_connect_timeout", "0s", "must be positive"},
 		{"mqtt.broker_max_connections", "-1", "must be positive"},
 		{"mqtt.broker_max_retained_bytes", "0", "must be positive"},
+		{"http.token", "a", "at least 16 characters are required, it has 1"},
+		{"mqtt.broker_listen", "10.0.0.5:1883", "Listen on 0.0.0.0:1883"},
+		{"http.token", "s3cret-s3cret-1", "it has 15"},
 	} {
 		t.Run(tc.key+"="+tc.value, func(t *testing.T) {
 			c := Default()
@@ -169,12 +172,20 @@ func TestValidate(t *testing.T) {
 	}
 	c := Default()
 	_ = c.Set("http.listen", "0.0.0.0:7777")
-	_ = c.Set("http.token", "s3cret")
+	_ = c.Set("http.token", "s3cret-s3cret-16")
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	if err := Default().Validate(); err != nil {
 		t.Fatal(err)
+	}
+	for _, ok := range [][2]string{{"0.0.0.0:1883", ""}, {"[::]:1883", ""}, {"localhost:1883", ""}, {"[::1]:1883", ""}, {"10.0.0.5:1883", "pi"}} {
+		c := Default()
+		_ = c.Set("mqtt.broker_listen", ok[0])
+		_ = c.Set("mqtt.username", ok[1])
+		if err := c.Validate(); err != nil {
+			t.Errorf("mqtt.broker_listen %s, user %q: %v", ok[0], ok[1], err)
+		}
 	}
 }
 

@@ -33,6 +33,11 @@ var (
 	// bytes no longer match the digest or signature recorded when it was
 	// fetched, or it no longer validates.
 	ErrCacheInvalid = errors.New("cached template refused")
+
+	// ErrUnsignedCommands is returned for a template from the design layer
+	// (or its cache) that is not signed — there are no trusted keys — and
+	// names mcp_servers commands, which would run on the device.
+	ErrUnsignedCommands = errors.New("unsigned template from the design layer starts commands")
 )
 
 // Rules checked in Go, beside the schema keywords (required,

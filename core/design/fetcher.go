@@ -60,6 +60,12 @@ type Options struct {
 	// is accepted from the design layer or the cache only with an ed25519
 	// signature by one of these keys over its exact bytes.
 	TrustedKeys []ed25519.PublicKey
+	// AllowUnsignedCommands lets a template from the design layer name
+	// mcp_servers commands without TrustedKeys (each such template is
+	// logged as a warning). By default it is refused (ErrUnsignedCommands):
+	// whoever controls the design layer's answers, over plain http:// too,
+	// would otherwise run commands on the device.
+	AllowUnsignedCommands bool
 	// Validator checks every template received or read from the cache.
 	Validator Validator
 	// Logger receives the degraded-boot warning and debug lines per
@@ -153,6 +159,11 @@ func (f *Fetcher) Get(ctx context.Context, name string) (*Resolved, error) {
 	cacheErr := errNoCache
 	if f.o.CacheDir != "" {
 		cached, cacheErr = readCache(f.o.CacheDir, name, f.o.Validator, f.o.TrustedKeys)
+		if cached != nil {
+			if err := f.checkCommands(cached.t, cached.path); err != nil {
+				cached, cacheErr = nil, fmt.Errorf("%w: %w", ErrCacheInvalid, err)
+			}
+		}
 	}
 	etag := ""
 	if cached != nil {
@@ -216,6 +227,9 @@ func (f *Fetcher) accept(name, u string, resp *response) (*Resolved, error) {
 			return nil, &fetchError{reason: "bad signature", err: err}
 		}
 	}
+	if err := f.checkCommands(t, u); err != nil {
+		return nil, &fetchError{reason: "unsigned template starts commands", err: err}
+	}
 	now := f.o.Now()
 	r := &Resolved{Template: t, Raw: resp.body, Digest: Digest(resp.body), Source: SourceRemote,
 		Version: t.Version, FetchedAt: now, Signature: resp.signature, Location: u}
@@ -228,6 +242,30 @@ func (f *Fetcher) accept(name, u string, resp *response) (*Resolved, error) {
 		}
 	}
 	return r, nil
+}
+
+// checkCommands refuses, without TrustedKeys, a template whose
+// mcp_servers name commands, unless AllowUnsignedCommands (then it warns).
+func (f *Fetcher) checkCommands(t *Template, where string) error {
+	if len(f.o.TrustedKeys) > 0 {
+		return nil
+	}
+	var cmds []string
+	for _, s := range t.MCPServers {
+		if len(s.Command) > 0 {
+			cmds = append(cmds, fmt.Sprintf("%s: %q", s.Name, s.Command))
+		}
+	}
+	if len(cmds) == 0 {
+		return nil
+	}
+	if f.o.AllowUnsignedCommands {
+		f.o.Logger.Warn().Str("template", t.Name).Str("from", where).Strs("commands", cmds).
+			Msg("UNSIGNED template from the design layer runs commands on this device (design.allow_unsigned_commands is set; set design.trusted_keys instead)")
+		return nil
+	}
+	return fmt.Errorf("%w: template %s from %s names mcp_servers commands (%s) and no design.trusted_keys verify it: sign it (openstarry templates sign) and set design.trusted_keys, or, knowingly, design.allow_unsigned_commands: true",
+		ErrUnsignedCommands, t.Name, where, strings.Join(cmds, "; "))
 }
 
 // confirmed renews a cached entry the design layer answered 304 for.

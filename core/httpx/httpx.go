@@ -109,13 +109,24 @@ func TokenOK(r *http.Request, token string) bool {
 
 // TokenOffLoopback requires token from clients off loopback; with an empty
 // token it lets everything through. Refusals are answered 401 and told to
-// logf (remote address and path).
+// logf (remote address and path); an address with MaxTokenFailures of them
+// within TokenFailureWindow is answered 429 too_many_failures, whatever it
+// sends, until the window has passed.
 func TokenOffLoopback(token string, logf func(remote, path string), next http.Handler) http.Handler {
 	if token == "" {
 		return next
 	}
+	fails := newFailures()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !FromLoopback(r) && !TokenOK(r, token) {
+		if FromLoopback(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if fails.refuseLocked(w, r) {
+			return
+		}
+		if !TokenOK(r, token) {
+			fails.fail(clientIP(r))
 			if logf != nil {
 				logf(r.RemoteAddr, r.URL.Path)
 			}
@@ -128,6 +139,9 @@ func TokenOffLoopback(token string, logf func(remote, path string), next http.Ha
 
 // TokenAlways requires token from every client, loopback included; it is
 // answered 401 and told to logf otherwise.
+//
+// There is no lockout: its callers share the daemon's loopback address, so
+// one would lock the daemon out; the daemon's token is 130 random bits.
 func TokenAlways(token string, logf func(remote, path string), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !TokenOK(r, token) {

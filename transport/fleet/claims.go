@@ -209,6 +209,16 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		return
 	}
 	now := time.Now()
+	// A claim holds at most its state's TTL from when this device sees it,
+	// whatever its expires says: a device user's claim that expires in
+	// 2099 would otherwise stop the task for good.
+	ttl := c.cfg.RunTTL
+	if cl.State == ClaimDone {
+		ttl = c.cfg.DoneTTL
+	}
+	if limit := now.Add(ttl); cl.Expires.After(limit) {
+		cl.Expires = limit
+	}
 	prev, had := c.seen[taskID]
 	holds := had && prev.Device != cl.Device && now.Before(prev.Expires)
 	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device {

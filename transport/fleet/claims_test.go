@@ -2,12 +2,16 @@ package fleet
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -63,5 +67,41 @@ func TestClaimsRace(t *testing.T) {
 		if err != nil || mine || owner != want {
 			t.Fatalf("late device, %s: %s %v %v, want %s", id, owner, mine, err, want)
 		}
+	}
+}
+
+// TestClaimExpiryCapped: a claim retained by a device user with an expiry
+// in 2099 holds only RunTTL from when a device sees it (DoneTTL for a done
+// one); then the device claims the task itself.
+func TestClaimExpiryCapped(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	pc, err := mqtt.Dial(context.Background(), mqtt.DialOptions{Broker: m.URL(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Disconnect(10)
+	for id, state := range map[string]string{"t-run": ClaimRunning, "t-done": ClaimDone} {
+		b, _ := json.Marshal(Claim{TaskID: id, Device: "squatter", State: state, Nonce: "x",
+			Expires: time.Date(2099, 1, 1, 0, 0, 0, 0, time.UTC)})
+		if err := mqtt.WaitToken(context.Background(), pc.Publish(ClaimTopic("openstarry", id), 1, true, b), 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a",
+		RunTTL: 500 * time.Millisecond, DoneTTL: time.Second, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	for _, id := range []string{"t-run", "t-done"} {
+		owner, mine, err := c.Claim(ctx, id)
+		if err != nil || mine || owner != "squatter" {
+			t.Fatalf("%s at first: %s %v %v, want the squatter's claim to hold", id, owner, mine, err)
+		}
+		wait.For(t, 30*time.Second, id+" claimed by dev-a once the capped claim has expired", func() bool {
+			owner, mine, err = c.Claim(ctx, id)
+			return err == nil && mine && owner == "dev-a"
+		})
 	}
 }

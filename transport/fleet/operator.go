@@ -72,25 +72,53 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 		return nil, err
 	}
 	dial.Timeout = timeout
-	pc, err := mqtt.Dial(ctx, dial)
-	if err != nil {
-		return nil, err
-	}
-	defer pc.Disconnect(100)
-	got := make(chan Reply, 2)
+	got := make(chan Reply, 8)
 	replies := ReplyTopic(prefix, device, name)
+	push := func(r Reply) {
+		select {
+		case got <- r:
+		default:
+		}
+	}
 	onReply := func(_ paho.Client, m paho.Message) {
 		var r Reply
 		if json.Unmarshal(m.Payload(), &r) == nil && r.ID == cmd.ID {
-			select {
-			case got <- r:
-			default:
-			}
+			push(r)
 		}
 	}
-	if err := mqtt.WaitToken(ctx, pc.Subscribe(replies, 1, onReply), timeout); err != nil {
-		return nil, fmt.Errorf("mqtt: subscribe %s: %w", replies, err)
+	// An update restarts the device's daemon, and with it an embedded
+	// broker: the connection is lost and the outcome, a reply nobody is
+	// subscribed to then, is missed. The device also retains the outcome
+	// on its update topic, with the command's id: read it there too, and
+	// connect again when the connection is lost.
+	onOutcome := func(_ paho.Client, m paho.Message) {
+		var o Outcome
+		if json.Unmarshal(m.Payload(), &o) == nil && o.ID == cmd.ID {
+			push(OutcomeReply(o))
+		}
 	}
+	connect := func() (paho.Client, error) {
+		pc, err := mqtt.Dial(ctx, dial)
+		if err != nil {
+			return nil, err
+		}
+		if err := mqtt.WaitToken(ctx, pc.Subscribe(replies, 1, onReply), timeout); err != nil {
+			pc.Disconnect(0)
+			return nil, fmt.Errorf("mqtt: subscribe %s: %w", replies, err)
+		}
+		if name == "update" {
+			if err := mqtt.WaitToken(ctx, pc.Subscribe(UpdateTopic(prefix, device), 1, onOutcome), timeout); err != nil {
+				pc.Disconnect(0)
+				return nil, fmt.Errorf("mqtt: subscribe %s: %w", UpdateTopic(prefix, device), err)
+			}
+		}
+		return pc, nil
+	}
+	pc, err := connect()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { pc.Disconnect(100) }()
 	verified, err := mqtt.PublishChecked(ctx, pc, CommandTopic(prefix, device, name), env, dial.Username, timeout)
 	if err != nil {
 		return nil, err
@@ -99,6 +127,8 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 	if !verified {
 		unverified = "; " + mqtt.UnverifiedHint(CommandTopic(prefix, device, name), dial.Username)
 	}
+	check := time.NewTicker(250 * time.Millisecond)
+	defer check.Stop()
 	var out []Reply
 	for {
 		select {
@@ -108,6 +138,23 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 			// failed update answers once.
 			if name != "update" || !r.OK || IsOutcome(r) {
 				return out, nil
+			}
+		case <-check.C:
+			if name != "update" || pc.IsConnectionOpen() {
+				continue
+			}
+			pc.Disconnect(0)
+			for {
+				if npc, err := connect(); err == nil {
+					pc = npc
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(500 * time.Millisecond):
+					continue
+				}
+				break
 			}
 		case <-ctx.Done():
 			if len(out) > 0 {

@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"time"
@@ -46,6 +47,9 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 	if m.Broker == "" {
 		if m.CA != "" || m.Cert != "" || m.Key != "" {
 			return nil, errors.New("--mqtt-ca, --mqtt-cert and --mqtt-key need --broker ssl://… (the embedded broker listens without TLS)")
+		}
+		if err := config.CheckBrokerListen(m.BrokerListen, m.Username); err != nil {
+			return nil, fmt.Errorf("--broker-listen %w", err)
 		}
 		check.Broker = "tcp://" + plugin.DefaultBrokerListen
 		if t.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.BrokerListen, UsersFile: m.BrokerUsers,

@@ -36,10 +36,9 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/net/netutil"
-
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
@@ -51,7 +50,9 @@ func init() {
 	})
 }
 
-// MaxConns bounds the connections one webhook listener serves at once.
+// MaxConns bounds the connections one webhook listener serves at once; one
+// more is answered 503 too_many_connections and closed at once (httpx.Listen)
+// rather than left waiting in the kernel's queue.
 const MaxConns = 64
 
 // DefaultReplayWindow is how long a delivery's signature is remembered when
@@ -106,7 +107,8 @@ func Listen(ctx context.Context, cfg design.Listener, env plugin.ListenerEnv) (p
 		sn.close()
 		return nil, fmt.Errorf("webhook %s: %w", cfg.Name, err)
 	}
-	l := &listener{name: cfg.Name, secret: []byte(secret), env: env, ln: netutil.LimitListener(ln, MaxConns), done: make(chan struct{}),
+	l := &listener{name: cfg.Name, secret: []byte(secret), env: env, done: make(chan struct{}),
+		ln:   httpx.Listen(ln, httpx.Limits{MaxConns: MaxConns}, false, env.Log),
 		seen: sn, requireTS: cfg.RequireTimestamp, now: time.Now}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/hooks/"+cfg.Name, l.serve)
