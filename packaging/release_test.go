@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/portguard"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -40,7 +41,7 @@ var rel struct {
 func full() bool { return os.Getenv("OPENSTARRY_RELEASE_FULL") == "1" }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := portguard.Run(m) // the release's binaries run here: none may dial 127.0.0.1:1883 or :7777
 	if rel.dir != "" {
 		os.RemoveAll(filepath.Dir(rel.dir))
 	}

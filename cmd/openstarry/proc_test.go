@@ -84,6 +84,17 @@ func checkDefaultPorts(t testing.TB, env []string, args []string) {
 		}
 		return false
 	}
+	for i, a := range args {
+		for _, f := range []string{"--listen", "--broker-listen", "--broker"} {
+			v, ok := strings.CutPrefix(a, f+"=")
+			if a == f && i+1 < len(args) {
+				v, ok = args[i+1], true
+			}
+			if ok && (strings.HasSuffix(v, "127.0.0.1:1883") || strings.HasSuffix(v, "127.0.0.1:7777") || strings.HasSuffix(v, "localhost:1883") || strings.HasSuffix(v, "localhost:7777")) {
+				t.Fatalf("openstarry %s: %s %s is a default port (a user's daemon or broker)", strings.Join(args, " "), f, v)
+			}
+		}
+	}
 	if !has("--no-mqtt", "--broker", "--broker-listen") {
 		t.Fatalf("openstarry %s: no --no-mqtt, --broker or --broker-listen: the agent would use 127.0.0.1:1883, a user's broker", strings.Join(args, " "))
 	}
@@ -308,6 +319,7 @@ func runCLI(t *testing.T, args ...string) (string, int) {
 // runCLIEnv is runCLI with more environment variables.
 func runCLIEnv(t *testing.T, env []string, args ...string) (string, int) {
 	t.Helper()
+	checkDefaultPorts(t, append(os.Environ(), env...), args)
 	cmd := exec.Command(binPath, args...)
 	if env != nil {
 		cmd.Env = append(os.Environ(), env...)
@@ -320,4 +332,45 @@ func runCLIEnv(t *testing.T, env []string, args ...string) (string, int) {
 		t.Fatal(err)
 	}
 	return string(out), code
+}
+
+// fatalRecorder records a Fatalf instead of stopping the test.
+type fatalRecorder struct {
+	testing.TB
+	msg string
+}
+
+func (r *fatalRecorder) Helper() {}
+func (r *fatalRecorder) Fatalf(format string, args ...any) {
+	if r.msg == "" {
+		r.msg = fmt.Sprintf(format, args...)
+	}
+}
+
+// TestCheckDefaultPorts: an `openstarry run` of a test must say where its
+// MQTT and HTTP go, away from the default ports.
+func TestCheckDefaultPorts(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string // "" accepted
+	}{
+		{nil, []string{"run", "--agent", "c1", "--listen", "127.0.0.1:0"}, "no --no-mqtt"},
+		{nil, []string{"run", "--agent", "c1", "--no-mqtt"}, "no --listen"},
+		{nil, []string{"run", "--agent", "c1", "--listen", "127.0.0.1:0", "--no-mqtt"}, ""},
+		{nil, []string{"run", "--agent", "c1", "--listen=", "--broker-listen", "127.0.0.1:0"}, ""},
+		{nil, []string{"run", "--agent", "c1", "--listen", "", "--broker", "tcp://127.0.0.1:40000"}, ""},
+		{[]string{"OPENSTARRY_NO_MQTT=1", "OPENSTARRY_LISTEN=127.0.0.1:0"}, []string{"run", "--agent", "c1"}, ""},
+		{[]string{"OPENSTARRY_BROKER_LISTEN=127.0.0.1:0"}, []string{"run", "--agent", "c1", "--listen", ""}, ""},
+		{nil, []string{"run", "--agent", "c1", "--listen", "", "--broker-listen", "127.0.0.1:1883"}, "default port"},
+		{nil, []string{"run", "--agent", "c1", "--listen=127.0.0.1:7777", "--no-mqtt"}, "default port"},
+		{nil, []string{"run", "--agent", "c1", "--listen", "", "--broker", "tcp://localhost:1883"}, "default port"},
+		{nil, []string{"snapshot", "show", "--agent", "c1"}, ""},
+	} {
+		r := &fatalRecorder{TB: t}
+		checkDefaultPorts(r, tc.env, tc.args)
+		if tc.want == "" && r.msg != "" || tc.want != "" && !strings.Contains(r.msg, tc.want) {
+			t.Errorf("%v %q: %q, want %q", tc.env, tc.args, r.msg, tc.want)
+		}
+	}
 }

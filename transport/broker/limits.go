@@ -140,7 +140,7 @@ type limitsHook struct {
 	maxPacket   int
 
 	mu       sync.Mutex
-	loaded   bool             // retained holds the messages the broker had at start
+	counted  time.Time        // when retained was last counted from the broker's
 	retained map[string]int64 // bytes (topic and payload) by topic
 	total    int64
 }
@@ -167,25 +167,25 @@ func (h *limitsHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.loaded {
+	if h.counted.IsZero() {
 		// The stored retained messages are loaded before the listener
 		// serves, so the first retained publish finds them all.
-		for topic, m := range h.srv.Topics.Retained.GetAll() {
-			if !strings.HasPrefix(topic, "$") {
-				h.retained[topic] = int64(len(topic) + len(m.Payload))
-				h.total += h.retained[topic]
-			}
-		}
-		h.loaded = true
+		h.count()
 	}
-	old := h.retained[pk.TopicName]
 	if len(pk.Payload) == 0 {
+		h.total -= h.retained[pk.TopicName]
 		delete(h.retained, pk.TopicName)
-		h.total -= old
 		return pk, nil
 	}
 	size := int64(len(pk.TopicName) + len(pk.Payload))
-	if h.total-old+size > h.maxRetained {
+	over := func() bool { return h.total-h.retained[pk.TopicName]+size > h.maxRetained }
+	if over() && time.Since(h.counted) > time.Second {
+		// Count again before refusing (at most once a second): a retained
+		// message with a message expiry interval leaves the broker
+		// without a publish this hook sees.
+		h.count()
+	}
+	if over() {
 		h.log.Warn().Str("client", cl.ID).Str("topic", pk.TopicName).Int64("bytes", size).Int64("retained_bytes", h.total).
 			Msgf("embedded broker: retained message refused: the retained messages would exceed %d bytes (mqtt.broker_max_retained_bytes)", h.maxRetained)
 		if cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos == 1 {
@@ -193,9 +193,22 @@ func (h *limitsHook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Pack
 		}
 		return pk, packets.CodeSuccessIgnore
 	}
+	h.total += size - h.retained[pk.TopicName]
 	h.retained[pk.TopicName] = size
-	h.total += size - old
 	return pk, nil
+}
+
+// count sets retained and total from the broker's retained messages.
+func (h *limitsHook) count() {
+	clear(h.retained)
+	h.total = 0
+	for topic, m := range h.srv.Topics.Retained.GetAll() {
+		if !strings.HasPrefix(topic, "$") {
+			h.retained[topic] = int64(len(topic) + len(m.Payload))
+			h.total += h.retained[topic]
+		}
+	}
+	h.counted = time.Now()
 }
 
 // OnDisconnect logs a client disconnected for a packet larger than

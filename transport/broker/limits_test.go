@@ -487,3 +487,42 @@ func TestConnectionLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestMaxRetainedExpiry: a retained message that expires (an MQTT 5
+// message expiry interval) leaves the bound's count too, though no publish
+// removed it.
+func TestMaxRetainedExpiry(t *testing.T) {
+	b, _ := startLogged(t, Config{MaxRetainedBytes: 1000})
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var buf bytes.Buffer
+	conn := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: "expiring"}}
+	if err := conn.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Retain: true}, ProtocolVersion: 5,
+		TopicName: "ret/short", Payload: bytes.Repeat([]byte{'r'}, 900), Properties: packets.Properties{MessageExpiryInterval: 1}}
+	if err := pk.PublishEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	retained := func(topic string) bool { _, ok := b.srv.Topics.Retained.Get(topic); return ok }
+	wait.For(t, 30*time.Second, "ret/short retained", func() bool { return retained("ret/short") })
+	wait.For(t, 30*time.Second, "ret/short expired", func() bool { return !retained("ret/short") })
+	pub := connect(t, b.URL(), "pub", "", "", true, nil)
+	if pub.err != nil {
+		t.Fatal(pub.err)
+	}
+	if tok := pub.client.Publish("ret/long", 1, true, bytes.Repeat([]byte{'r'}, 900)); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	if !retained("ret/long") {
+		t.Fatal("a retained message was refused for the bytes of one that had expired")
+	}
+}
