@@ -114,3 +114,23 @@ func FuzzDecodeToolRequest(f *testing.F) {
 		_ = DecodeToolRequest(data, v)
 	})
 }
+
+// FuzzParseAgentTaskID: an agent task id parses only into valid ids, and
+// what AgentTaskID builds from them parses back the same.
+func FuzzParseAgentTaskID(f *testing.F) {
+	f.Add("plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:task_p1_a_001:0")
+	f.Add("plan:x:y:z:1")
+	f.Add("task_p1_a_001.r2")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, sid, id, n, ok := ParseAgentTaskID(s)
+		if !ok {
+			return
+		}
+		if ValidateProjectID(p) != nil || ValidateSessionID(sid) != nil || ValidatePlanTaskID(id) != nil || n < 0 {
+			t.Fatalf("%q parsed into %q %q %q %d", s, p, sid, id, n)
+		}
+		if AgentTaskID(p, sid, id, n) != s || PlanTaskOf(s) != id {
+			t.Fatalf("%q does not round-trip", s)
+		}
+	})
+}

@@ -182,3 +182,36 @@ func TestTokenOffLoopback(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanNamespace: a task id of the plan: namespace is accepted only with
+// the agent's control token in X-OpenStarry-Plan-Token (the daemon's
+// dispatcher); any other request gets reserved_task_id, so that nobody
+// can pre-empt a plan task by choosing its id (issue 29).
+func TestPlanNamespace(t *testing.T) {
+	_, rt := newAPI(t, "")
+	h := httpapi.New(httpapi.Options{Agents: httpapi.Single{R: rt}, MaxTaskBytes: 1024, PlanToken: "agent-token", Log: zerolog.Nop()})
+	bare, _ := newAPI(t, "") // an agent without a daemon: no token opens the namespace
+	id := "plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:task_p1_a_001:0"
+	body := `{"task_id":"` + id + `","input":"x"}`
+	for _, tc := range []struct {
+		name  string
+		h     http.Handler
+		token string
+		code  int
+	}{
+		{"no token", h, "", 400},
+		{"wrong token", h, "agent-tokeN", 400},
+		{"the agent's token", h, "agent-token", 202},
+		{"no daemon", bare, "agent-token", 400},
+	} {
+		req := httptest.NewRequest("POST", "/agents/a1/tasks", strings.NewReader(body))
+		if tc.token != "" {
+			req.Header.Set(httpx.HeaderPlanToken, tc.token)
+		}
+		rec := httptest.NewRecorder()
+		tc.h.ServeHTTP(rec, req)
+		if rec.Code != tc.code || tc.code == 400 && !strings.Contains(rec.Body.String(), `"code":"reserved_task_id"`) {
+			t.Errorf("%s: %d %s", tc.name, rec.Code, rec.Body.String())
+		}
+	}
+}
