@@ -184,3 +184,35 @@ func (c *counter) settled(t *testing.T) int64 {
 	}
 	return last
 }
+
+// TestClaimsTwoAgentsOneDevice: a daemon's master and an agent run beside
+// it with the same device id both take fleet tasks; the same 50 task ids
+// claimed by both at once are won by exactly one of them. (Claims named the
+// device only, so both won: the same task ran on both agents.)
+func TestClaimsTwoAgentsOneDevice(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	start := func(agent string) *Claims {
+		c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-1", Agent: agent,
+			Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a, b := start("master"), start("assistant")
+	ctx := context.Background()
+	for i := range 50 {
+		id := fmt.Sprintf("two-%02d", i)
+		var ma, mb bool
+		var ea, eb error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _, ma, ea = a.Claim(ctx, id) }()
+		go func() { defer wg.Done(); _, mb, eb = b.Claim(ctx, id) }()
+		wg.Wait()
+		if ea != nil || eb != nil || ma == mb {
+			t.Fatalf("%s: master won %v (%v), assistant won %v (%v): want exactly one", id, ma, ea, mb, eb)
+		}
+	}
+}
