@@ -4,7 +4,7 @@ BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
 
-.PHONY: build run test torture fuzz bench lint matrix release release-test clean
+.PHONY: build run test torture fleet-sim fuzz bench lint matrix release release-test clean
 
 build:
 	./build.sh host
@@ -25,6 +25,12 @@ test:
 # random instant (make test kills 4).
 torture:
 	OPENSTARRY_TORTURE=1 $(GO) test -count=1 -run 'MQTTCrashRecovery|StoreDamage|PowerCut|UpdateKilled' -v -timeout 90m ./cmd/openstarry/
+
+# The fleet simulation at length: FLEET_SIM_N real daemons (make test runs
+# 4) against one Mosquitto; its figures are in docs/fleet.md.
+FLEET_SIM_N ?= 100
+fleet-sim:
+	OPENSTARRY_FLEET_SIM_N=$(FLEET_SIM_N) $(GO) test -count=1 -run 'TestFleetSim' -v -timeout 90m ./cmd/openstarry/
 
 # Every fuzz target explores for FUZZTIME (make test runs only their seed
 # corpora, testdata/fuzz included). Findings land in the package's

@@ -28,7 +28,7 @@ func TestFleetClaims(t *testing.T) {
 		c := startChild(t, true, "run", "--agent", "master", "--device", dev, "--listen", "127.0.0.1:0",
 			"--data", t.TempDir(), "--broker", m.URL(), "--fleet-workers") // echo is a worker template
 		c.waitLog("subscribed to $share/openstarry/openstarry/fleet/tasks", 20*time.Second)
-		c.waitLog("fleet: subscribed to the claims", 20*time.Second)
+		c.waitLog("fleet: connected for the claims", 20*time.Second)
 	}
 	pub := mqttPublisher(t, m.URL())
 	const n = 300

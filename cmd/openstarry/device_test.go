@@ -48,11 +48,11 @@ func TestOneDeviceManyProcesses(t *testing.T) {
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
 	data := dataDir(t)
 	d := startDaemon(t, daemonConfig(t, data, "mqtt:\n  broker: "+m.URL()+"\n  device: dev-1\n"))
-	d.waitLog("fleet: subscribed to the claims", 30*time.Second)
+	d.waitLog("fleet: connected for the claims", 30*time.Second)
 
 	a := startChild(t, true, "run", "--agent", "assistant", "--device", "dev-1", "--listen", "127.0.0.1:0",
 		"--data", t.TempDir(), "--broker", m.URL(), "--fleet-workers")
-	a.waitLog("fleet: subscribed to the claims", 30*time.Second)
+	a.waitLog("fleet: connected for the claims", 30*time.Second)
 
 	for i := range 6 {
 		out, code := runCLI(t, "task", "send", "--broker", m.URL(), "--fleet", "--input", fmt.Sprintf("job %d", i),
@@ -127,7 +127,7 @@ func TestFleetGroupMembership(t *testing.T) {
 	for _, dev := range []string{"dev-a", "dev-b"} {
 		c := startChild(t, true, "run", "--agent", "master", "--template", "master", "--device", dev, "--listen", "127.0.0.1:0",
 			"--data", t.TempDir(), "--broker", m.URL())
-		c.waitLog("fleet: subscribed to the claims", 30*time.Second)
+		c.waitLog("fleet: connected for the claims", 30*time.Second)
 		agents = append(agents, c)
 	}
 	b := agents[1]

@@ -42,7 +42,7 @@ func TestHubOperator(t *testing.T) {
 		t.Fatalf("enroll: %s", out)
 	}
 	d := startDaemon(t, cfg)
-	d.waitLog("fleet: subscribed to the claims", 30*time.Second)
+	d.waitLog("fleet: connected for the claims", 30*time.Second)
 
 	as := func(user, password string, args ...string) (string, int) {
 		return runCLIEnv(t, []string{"OPENSTARRY_MQTT_USERNAME=" + user, "OPENSTARRY_MQTT_PASSWORD=" + password}, args...)

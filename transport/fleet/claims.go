@@ -28,8 +28,11 @@ const (
 
 // Claim is the retained payload of ClaimTopic.
 type Claim struct {
-	TaskID  string    `json:"task_id"`
-	Device  string    `json:"device"`
+	TaskID string `json:"task_id"`
+	Device string `json:"device"`
+	// Agent is the agent of Device that claimed it (absent in the claims
+	// of versions before it).
+	Agent   string    `json:"agent,omitempty"`
 	State   string    `json:"state"`
 	Expires time.Time `json:"expires"`
 	Nonce   string    `json:"nonce"`
@@ -64,14 +67,20 @@ type ClaimsConfig struct {
 	Log     zerolog.Logger
 }
 
-// Claims makes a fleet task run on one device only. Every device
-// subscribes to {prefix}/fleet/claims/+ and keeps the claims it sees.
-// Before a fleet task runs, the device publishes its claim, retained, and
-// waits for the broker to send it back: the broker sends one topic's
-// messages to every subscriber in the same order, so every device agrees
-// that the first claim of a task to come back wins. A device that lost
+// Claims makes a fleet task run on one device only. Before a fleet task
+// runs, the device subscribes to that task's claim topic alone, publishes
+// its claim there, retained, and waits for the broker to send it back: the
+// broker sends one topic's messages to every subscriber in one order, and a
+// claim retained before the subscription comes first, so every device that
+// claims a task agrees that the first claim of it wins. A device that lost
 // publishes the winner's claim again (Restore), since its own overwrote the
-// retained copy, drops the task and names the owner.
+// retained copy, drops the task and names the owner. Then it unsubscribes.
+//
+// So a fleet task costs the same few messages whatever the size of the
+// fleet (only the device that got it, and the hub, take part: the claim,
+// its echo, the done claim, its clearing), and a device keeps only the
+// claims of the tasks it is deciding and of those it owns (their ids and
+// expiries, to clear them). No device downloads the fleet's claims.
 //
 // What remains (docs/fleet.md): a broker that does not keep one order
 // per topic for all subscribers (a cluster of brokers), a claim that
@@ -83,11 +92,26 @@ type Claims struct {
 	mu       sync.Mutex // guards the fields below
 	ready    chan struct{}
 	isReady  bool
+	up       bool                      // connected
 	disabled bool                      // the broker refuses the claims: tasks run unclaimed
-	seen     map[string]Claim          // task id → the claim that holds
+	seen     map[string]Claim          // task id → the claim that holds, for tasks being decided or owned and not done
+	deciding map[string]int            // task id → Claim calls subscribed to its topic
 	pending  map[string]chan claimWait // nonce → the Claim call waiting for its echo
+	clear    []doneClaim               // this device's done claims, oldest first: cleared when they expire
+	received uint64                    // claim messages received
 	stop     context.CancelFunc
 }
+
+// doneClaim is a claim of this device to clear at expires.
+type doneClaim struct {
+	taskID  string
+	expires time.Time
+}
+
+// MaxDoneClaims bounds the done claims a device remembers to clear; beyond
+// it the oldest are cleared early (logged), so that a repeated task id may
+// run again sooner than DoneTTL.
+const MaxDoneClaims = 200_000
 
 type claimWait struct {
 	won   bool
@@ -112,8 +136,8 @@ func StartClaims(cfg ClaimsConfig) (*Claims, error) {
 	return c, nil
 }
 
-// Connect connects in the background and subscribes to the claims, again
-// after every reconnection; Claim waits for the first subscription.
+// Connect connects in the background, again after every loss; Claim waits
+// for the first connection.
 func (c *Claims) Connect() {
 	c.client.Connect()
 }
@@ -142,34 +166,26 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, pending: map[string]chan claimWait{}}
-	filter := cfg.Prefix + "/fleet/claims/+"
+	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
+		pending: map[string]chan claimWait{}}
 	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(ClaimsClientID(cfg.Device, cfg.Agent)).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).SetMaxReconnectInterval(30 * time.Second).
-		SetOnConnectHandler(func(pc paho.Client) {
-			tok := pc.Subscribe(filter, 1, c.onClaim)
-			go func() {
-				if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-					c.cfg.Log.Error().Err(tok.Error()).Str("topic", filter).Msg("fleet: cannot subscribe to the claims; fleet tasks wait")
-					return
-				}
-				st, ok := tok.(*paho.SubscribeToken)
-				refused := ok && st.Result()[filter] > 2
-				c.mu.Lock()
-				if refused && !c.disabled {
-					c.cfg.Log.Error().Str("topic", filter).Msg("fleet: the broker refused the subscription to the claims (allow devices " +
-						c.cfg.Prefix + "/fleet/claims/# in its ACL): fleet tasks run unclaimed, and a task id sent twice may run on two devices")
-				} else if !refused {
-					c.cfg.Log.Info().Str("topic", filter).Msgf("fleet: subscribed to the claims %s", filter)
-				}
-				c.disabled = refused
-				if !c.isReady {
-					c.isReady = true
-					close(c.ready)
-				}
-				c.mu.Unlock()
-			}()
+		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}).
+		SetOnConnectHandler(func(paho.Client) {
+			c.mu.Lock()
+			c.up = true
+			if !c.isReady {
+				c.isReady = true
+				close(c.ready)
+				c.cfg.Log.Info().Msgf("fleet: connected for the claims (%s)", ClaimTopic(c.cfg.Prefix, "{task_id}"))
+			}
+			c.mu.Unlock()
+		}).
+		SetConnectionLostHandler(func(paho.Client, error) {
+			c.mu.Lock()
+			c.up = false
+			c.mu.Unlock()
 		})
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
@@ -194,12 +210,39 @@ func (c *Claims) Close() {
 	c.client.Disconnect(250)
 }
 
-// onClaim keeps the claim that holds for each task; the order of arrival
-// decides between two devices.
+// Held returns how many claims the device keeps in memory: those being
+// decided or owned and not done, and the done ones it is to clear.
+func (c *Claims) Held() (claims, done int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.seen), len(c.clear)
+}
+
+// Received returns how many claim messages the device received.
+func (c *Claims) Received() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.received
+}
+
+// sameOwner reports whether two claims name the same claimant: a device,
+// and the agent on it (two agents of one device that both take fleet tasks
+// are two claimants). A claim without an agent (an older version's) names
+// the device.
+func sameOwner(a, b Claim) bool {
+	return a.Device == b.Device && (a.Agent == b.Agent || a.Agent == "" || b.Agent == "")
+}
+
+// onClaim keeps the claim that holds for a task being decided; the order
+// of arrival decides between two claimants.
 func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	taskID := m.Topic()[strings.LastIndexByte(m.Topic(), '/')+1:]
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.received++
+	if c.deciding[taskID] == 0 {
+		return // decided already: a late message of an unsubscribed topic
+	}
 	if len(m.Payload()) == 0 {
 		delete(c.seen, taskID)
 		return
@@ -220,8 +263,8 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		cl.Expires = limit
 	}
 	prev, had := c.seen[taskID]
-	holds := had && prev.Device != cl.Device && now.Before(prev.Expires)
-	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device {
+	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
+	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
 		delete(c.pending, cl.Nonce)
 		if holds {
 			ch <- claimWait{owner: prev.Device}
@@ -241,33 +284,67 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 }
 
 // ErrNoClaim is returned when the claim could not be made in time; the
-// task is then left unacknowledged for the broker to deliver again.
+// caller asks again (transport/mqtt does, for as long as it runs).
 var ErrNoClaim = errors.New("fleet: the claim could not be made")
 
+// ClaimTimeout bounds one attempt of Claim.
+const ClaimTimeout = 30 * time.Second
+
 // Claim claims taskID for this device. It returns the device that holds
-// it, and whether that is this one.
-func (c *Claims) Claim(ctx context.Context, taskID string) (owner string, mine bool, err error) {
-	wait, cancelWait := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelWait()
+// it, and whether that is this one (this agent of it).
+func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, mine bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, ClaimTimeout)
+	defer cancel()
 	select {
 	case <-c.ready:
-	case <-wait.Done():
-		return "", false, fmt.Errorf("%w: not subscribed to the claims: %v", ErrNoClaim, wait.Err())
+	case <-ctx.Done():
+		return "", false, fmt.Errorf("%w: not connected to the broker: %v", ErrNoClaim, ctx.Err())
 	}
-	nb := make([]byte, 8)
-	_, _ = rand.Read(nb)
-	cl := Claim{TaskID: taskID, Device: c.cfg.Device, State: ClaimRunning, Expires: time.Now().Add(c.cfg.RunTTL).UTC(),
-		Nonce: hex.EncodeToString(nb)}
-	ch := make(chan claimWait, 1)
 	c.mu.Lock()
 	if c.disabled {
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil
 	}
-	if prev, ok := c.seen[taskID]; ok && time.Now().Before(prev.Expires) {
+	if prev, ok := c.seen[taskID]; ok && prev.Device == c.cfg.Device && prev.Agent == c.cfg.Agent && time.Now().Before(prev.Expires) {
 		c.mu.Unlock()
-		return prev.Device, prev.Device == c.cfg.Device, nil
+		return c.cfg.Device, true, nil // claimed before (a redelivery)
 	}
+	c.deciding[taskID]++
+	c.mu.Unlock()
+	topic := ClaimTopic(c.cfg.Prefix, taskID)
+	defer func() {
+		c.mu.Lock()
+		if c.deciding[taskID]--; c.deciding[taskID] <= 0 {
+			delete(c.deciding, taskID)
+			if cl, ok := c.seen[taskID]; ok && (!mine || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent) {
+				delete(c.seen, taskID) // not ours: nothing to remember
+			}
+			c.mu.Unlock()
+			c.client.Unsubscribe(topic)
+			return
+		}
+		c.mu.Unlock()
+	}()
+	tok := c.client.Subscribe(topic, 1, c.onClaim)
+	if err := mqtt.WaitToken(ctx, tok, ClaimTimeout); err != nil {
+		return "", false, fmt.Errorf("%w: subscribe %s: %v", ErrNoClaim, topic, err)
+	}
+	if st, ok := tok.(*paho.SubscribeToken); ok && st.Result()[topic] > 2 {
+		c.mu.Lock()
+		if !c.disabled {
+			c.cfg.Log.Error().Str("topic", topic).Msg("fleet: the broker refused the subscription to a claim (allow devices " +
+				c.cfg.Prefix + "/fleet/claims/# in its ACL): fleet tasks run unclaimed, and a task id sent twice may run on two devices")
+		}
+		c.disabled = true
+		c.mu.Unlock()
+		return c.cfg.Device, true, nil
+	}
+	nb := make([]byte, 8)
+	_, _ = rand.Read(nb)
+	cl := Claim{TaskID: taskID, Device: c.cfg.Device, Agent: c.cfg.Agent, State: ClaimRunning,
+		Expires: time.Now().Add(c.cfg.RunTTL).UTC(), Nonce: hex.EncodeToString(nb)}
+	ch := make(chan claimWait, 1)
+	c.mu.Lock()
 	c.pending[cl.Nonce] = ch
 	c.mu.Unlock()
 	defer func() {
@@ -276,9 +353,7 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (owner string, mine b
 		c.mu.Unlock()
 	}()
 	b, _ := json.Marshal(cl)
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := mqtt.WaitToken(ctx, c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b), 30*time.Second); err != nil {
+	if err := mqtt.WaitToken(ctx, c.client.Publish(topic, 1, true, b), ClaimTimeout); err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrNoClaim, err)
 	}
 	select {
@@ -289,22 +364,39 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (owner string, mine b
 	}
 }
 
-// Done marks the claim of a task this device ran as done, for DoneTTL.
+// Done marks the claim of a task this device ran as done, for DoneTTL,
+// and remembers to clear it then.
 func (c *Claims) Done(taskID string) {
 	c.mu.Lock()
 	cl, ok := c.seen[taskID]
-	if !ok || cl.Device != c.cfg.Device || cl.State == ClaimDone {
+	if !ok || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent {
 		c.mu.Unlock()
 		return
 	}
+	delete(c.seen, taskID)
 	cl.State, cl.Expires, cl.Restore = ClaimDone, time.Now().Add(c.cfg.DoneTTL).UTC(), false
-	c.seen[taskID] = cl
+	var early []string
+	if len(c.clear) >= MaxDoneClaims {
+		n := len(c.clear) - MaxDoneClaims + 1
+		for _, d := range c.clear[:n] {
+			early = append(early, d.taskID)
+		}
+		c.clear = append(c.clear[:0:0], c.clear[n:]...)
+	}
+	c.clear = append(c.clear, doneClaim{taskID: taskID, expires: cl.Expires})
 	c.mu.Unlock()
 	b, _ := json.Marshal(cl)
 	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	if len(early) > 0 {
+		c.cfg.Log.Warn().Int("claims", len(early)).Int("max", MaxDoneClaims).
+			Msg("fleet: too many done claims to remember; the oldest are cleared before their time")
+		for _, id := range early {
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
+		}
+	}
 }
 
-// sweep clears, every minute, the retained claims of this device that
+// sweep clears, every minute, the retained done claims of this device that
 // expired.
 func (c *Claims) sweep(ctx context.Context) {
 	t := time.NewTicker(time.Minute)
@@ -318,11 +410,13 @@ func (c *Claims) sweep(ctx context.Context) {
 		now := time.Now()
 		var clear []string
 		c.mu.Lock()
-		for id, cl := range c.seen {
-			if cl.Device == c.cfg.Device && !now.Before(cl.Expires) {
-				clear = append(clear, id)
-				delete(c.seen, id)
-			}
+		n := 0
+		for n < len(c.clear) && !now.Before(c.clear[n].expires) {
+			clear = append(clear, c.clear[n].taskID)
+			n++
+		}
+		if n > 0 {
+			c.clear = append(c.clear[:0:0], c.clear[n:]...)
 		}
 		c.mu.Unlock()
 		for _, id := range clear {

@@ -3,11 +3,15 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/internal/wait"
@@ -103,5 +107,149 @@ func TestClaimExpiryCapped(t *testing.T) {
 			owner, mine, err = c.Claim(ctx, id)
 			return err == nil && mine && owner == "dev-a"
 		})
+	}
+}
+
+// TestClaimsScale: six devices on a real Mosquitto; one of them claims 100
+// fleet tasks and marks them done. The others take no part: they receive
+// no claim and keep none, and the hub sends a bounded number of messages
+// per task, whatever the number of devices (it sent every claim, running
+// and done, to every device: 2N+2 per task). The claimant keeps only the
+// ids of its done claims, to clear them.
+func TestClaimsScale(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"sys_interval 1"}})
+	sent := sysCounter(t, m.URL(), "$SYS/broker/publish/messages/sent")
+	var all []*Claims
+	for i := range 6 {
+		c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: fmt.Sprintf("dev-%d", i), Agent: "master",
+			Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		all = append(all, c)
+	}
+	ctx := context.Background()
+	// Connected, and the counter settled.
+	for _, c := range all {
+		select {
+		case <-c.ready:
+		case <-time.After(20 * time.Second):
+			t.Fatal("not connected")
+		}
+	}
+	before := sent.settled(t)
+	const n = 100
+	for i := range n {
+		id := fmt.Sprintf("scale-%03d", i)
+		owner, mine, err := all[0].Claim(ctx, id)
+		if err != nil || !mine || owner != "dev-0" {
+			t.Fatalf("%s: %s %v %v", id, owner, mine, err)
+		}
+		all[0].Done(id)
+	}
+	after := sent.settled(t)
+	perTask := float64(after-before) / n
+	t.Logf("hub messages sent per fleet task with %d devices: %.2f", len(all), perTask)
+	if perTask > 3 {
+		t.Errorf("%.2f hub messages per fleet task with %d devices, want at most 3", perTask, len(all))
+	}
+	for i, c := range all[1:] {
+		if r := c.Received(); r != 0 {
+			t.Errorf("dev-%d received %d claims of tasks it never had", i+1, r)
+		}
+		if held, done := c.Held(); held != 0 || done != 0 {
+			t.Errorf("dev-%d keeps %d claims and %d done ones", i+1, held, done)
+		}
+	}
+	if held, done := all[0].Held(); held != 0 || done != n {
+		t.Errorf("dev-0 keeps %d claims and %d done ones, want 0 and %d", held, done, n)
+	}
+}
+
+// counter follows one of Mosquitto's $SYS counters.
+type counter struct {
+	mu  sync.Mutex
+	val int64
+	at  time.Time
+}
+
+func sysCounter(t *testing.T, url, topic string) *counter {
+	c := &counter{}
+	pc := paho.NewClient(paho.NewClientOptions().AddBroker(url).SetClientID("sys-" + strings.ReplaceAll(topic, "/", "-")).SetProtocolVersion(4))
+	if tok := pc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	t.Cleanup(func() { pc.Disconnect(10) })
+	tok := pc.Subscribe(topic, 0, func(_ paho.Client, m paho.Message) {
+		v, err := strconv.ParseInt(string(m.Payload()), 10, 64)
+		if err == nil {
+			c.mu.Lock()
+			c.val, c.at = v, time.Now()
+			c.mu.Unlock()
+		}
+	})
+	if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	return c
+}
+
+// settled waits until the counter was published twice with one value,
+// minus the publications of the counter itself to this subscriber.
+func (c *counter) settled(t *testing.T) int64 {
+	var last int64 = -1
+	var stable int
+	err := wait.Poll(60*time.Second, func() error {
+		time.Sleep(1100 * time.Millisecond)
+		c.mu.Lock()
+		v := c.val
+		c.mu.Unlock()
+		if v-last <= 1 && last >= 0 { // itself, once a second
+			stable++
+		} else {
+			stable = 0
+		}
+		last = v
+		if stable >= 2 {
+			return nil
+		}
+		return errors.New("still moving")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+// TestClaimsTwoAgentsOneDevice: a daemon's master and an agent run beside
+// it with the same device id both take fleet tasks; the same 50 task ids
+// claimed by both at once are won by exactly one of them. (Claims named the
+// device only, so both won: the same task ran on both agents.)
+func TestClaimsTwoAgentsOneDevice(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	start := func(agent string) *Claims {
+		c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-1", Agent: agent,
+			Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a, b := start("master"), start("assistant")
+	ctx := context.Background()
+	for i := range 50 {
+		id := fmt.Sprintf("two-%02d", i)
+		var ma, mb bool
+		var ea, eb error
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() { defer wg.Done(); _, ma, ea = a.Claim(ctx, id) }()
+		go func() { defer wg.Done(); _, mb, eb = b.Claim(ctx, id) }()
+		wg.Wait()
+		if ea != nil || eb != nil || ma == mb {
+			t.Fatalf("%s: master won %v (%v), assistant won %v (%v): want exactly one", id, ma, ea, mb, eb)
+		}
 	}
 }

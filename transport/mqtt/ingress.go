@@ -52,12 +52,11 @@ func (c *Client) take(m paho.Message) {
 		return
 	}
 	if c.cfg.FleetGate != nil && m.Topic() == c.topics.Fleet {
-		owner, mine, err := c.cfg.FleetGate.Claim(c.ctx, task.TaskID)
+		owner, mine, err := c.claim(task.TaskID)
 		switch {
-		case err != nil:
+		case err != nil: // the client is closing
 			<-c.sem
-			c.log.Warn().Err(err).Str("task", task.TaskID).Msg("mqtt: fleet task not claimed, not acknowledged; the broker delivers it again")
-			return
+			return // not acknowledged: the broker delivers it to the next session
 		case !mine:
 			c.reject(m, &agent.TaskError{Code: CodeClaimedElsewhere,
 				Msg: fmt.Sprintf("fleet task %s is claimed by device %s, which runs it", task.TaskID, owner)})
@@ -70,6 +69,27 @@ func (c *Client) take(m paho.Message) {
 		return
 	}
 	c.submit(m, ev)
+}
+
+// claim asks the fleet gate who runs a fleet task, again and again (1 s
+// doubling to the reconnection interval) until it answers or the client
+// closes: a broker does not deliver a message again on a live connection
+// (MQTT 3.1.1), so a task left unacknowledged after a failed claim would
+// never run while the agent lives.
+func (c *Client) claim(taskID string) (owner string, mine bool, err error) {
+	bo := c.backoff()
+	for n := 0; ; n++ {
+		owner, mine, err = c.cfg.FleetGate.Claim(c.ctx, taskID)
+		if err == nil || c.ctx.Err() != nil {
+			return owner, mine, err
+		}
+		d := bo.Delay(n)
+		c.log.Warn().Err(err).Str("task", taskID).Int("attempt", n+1).Dur("next_in", d).
+			Msg("mqtt: fleet task not claimed yet; claiming it again")
+		if !c.sleep(d) {
+			return "", false, c.ctx.Err()
+		}
+	}
 }
 
 // submit makes one task durable, then acknowledges it. A full queue is

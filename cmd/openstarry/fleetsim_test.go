@@ -1,0 +1,290 @@
+//go:build linux
+
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+// simDevice is one daemon of the fleet simulation.
+type simDevice struct {
+	id, cfg string
+	d       *child
+}
+
+// TestFleetSim: a fleet of real daemons (OPENSTARRY_FLEET_SIM_N, default 4;
+// make fleet-sim runs 100), each with its own device id and data
+// directory, against one real Mosquitto on loopback. It boots them all and
+// checks that fleet status lists every device with its agents and version;
+// publishes 20 fleet tasks per device from one client, then 20 direct
+// tasks per device, then 20 fleet tasks per device again while a fifth of
+// the devices are SIGKILLed at random instants and restarted. Every task
+// runs exactly once fleet-wide (the claims and each agent's ledger decide:
+// every result of a task id names one execution, device and tick) and
+// every result reaches the hub. It prints the figures of docs/fleet.md.
+func TestFleetSim(t *testing.T) {
+	n := 4
+	if v := os.Getenv("OPENSTARRY_FLEET_SIM_N"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 2 {
+			t.Fatalf("OPENSTARRY_FLEET_SIM_N=%q: want a number ≥ 2", v)
+		}
+	}
+	const perDevice = 20
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"sys_interval 1", "max_connections -1"}})
+	sys := mqtttest.Collect(t, m.URL(), "sim-sys", true, "$SYS/broker/publish/messages/sent", "$SYS/broker/clients/connected")
+	sysValue := func(topic string) int64 {
+		msgs := sys.Messages(topic)
+		if len(msgs) == 0 {
+			return -1
+		}
+		v, _ := strconv.ParseInt(string(msgs[len(msgs)-1].Payload), 10, 64)
+		return v
+	}
+	// settledSent is the hub's count of messages sent once it stopped
+	// moving (but for the $SYS messages to sim-sys itself).
+	settledSent := func() int64 {
+		last := int64(-1)
+		stable := 0
+		wait.For(t, 120*time.Second, "the hub to go quiet", func() bool {
+			time.Sleep(1100 * time.Millisecond)
+			v := sysValue("$SYS/broker/publish/messages/sent")
+			if last >= 0 && v-last <= 2 {
+				stable++
+			} else {
+				stable = 0
+			}
+			last = v
+			return stable >= 2
+		})
+		return last
+	}
+	results := mqtttest.Collect(t, m.URL(), "sim-results", false, "openstarry/+/agents/+/results")
+
+	// Boot.
+	devs := make([]*simDevice, n)
+	bootStart := time.Now()
+	var wg sync.WaitGroup
+	for i := range devs {
+		id := fmt.Sprintf("sim-%03d", i)
+		devs[i] = &simDevice{id: id, cfg: daemonConfig(t, dataDir(t), "mqtt:\n  broker: "+m.URL()+"\n  device: "+id+"\n  telemetry_interval: 5s\n")}
+		devs[i].d = startChild(t, false, "start", "--config", devs[i].cfg)
+	}
+	for _, d := range devs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d.d.waitLog("fleet: connected for the claims", time.Duration(30+n)*time.Second)
+		}()
+	}
+	wg.Wait()
+	bootTook := time.Since(bootStart)
+
+	// fleet status lists every device with its agents and version.
+	var statusTook time.Duration
+	wait.For(t, 60*time.Second, "fleet status to list every device online with its master", func() bool {
+		st := time.Now()
+		out, code := runCLI(t, "fleet", "status", "--broker", m.URL(), "--json", "--wait", "2s")
+		statusTook = time.Since(st)
+		var views []fleet.DeviceView
+		if code != 0 || json.Unmarshal([]byte(strings.TrimSpace(out)), &views) != nil || len(views) != n {
+			return false
+		}
+		for _, v := range views {
+			if v.State != "online" || v.Telemetry == nil || v.Telemetry.Version == "" || len(v.Telemetry.Agents) != 1 ||
+				v.Telemetry.Agents[0].ID != "master" || v.Telemetry.Agents[0].State != "running" {
+				return false
+			}
+		}
+		return true
+	})
+	connections := sysValue("$SYS/broker/clients/connected")
+
+	pub := mqttPublisher(t, m.URL())
+	publish := func(topic string, ids []string) {
+		toks := make([]paho.Token, 0, len(ids))
+		for _, id := range ids {
+			toks = append(toks, pub.Publish(topic, 1, false, mqttTask(id, id)))
+		}
+		for _, tok := range toks {
+			if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+				t.Fatalf("publish: %v", tok.Error())
+			}
+		}
+	}
+	// executions: task id → the distinct executions (device@tick) among
+	// the results of the task ids with prefix.
+	executions := func(prefix string) map[string]map[string]bool {
+		out := map[string]map[string]bool{}
+		for _, msg := range results.Messages("") {
+			var r struct {
+				TaskID    string `json:"task_id"`
+				Status    string `json:"status"`
+				TickIndex uint64 `json:"tick_index"`
+			}
+			if json.Unmarshal(msg.Payload, &r) != nil || !strings.HasPrefix(r.TaskID, prefix) {
+				continue
+			}
+			if r.Status != "done" {
+				t.Errorf("task %s: %s", r.TaskID, msg.Payload)
+			}
+			if out[r.TaskID] == nil {
+				out[r.TaskID] = map[string]bool{}
+			}
+			out[r.TaskID][strings.Split(msg.Topic, "/")[1]+"@"+strconv.FormatUint(r.TickIndex, 10)] = true
+		}
+		return out
+	}
+	ids := func(prefix string) []string {
+		out := make([]string, n*perDevice)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%05d", prefix, i)
+		}
+		return out
+	}
+	runAll := func(prefix string, timeout time.Duration) time.Duration {
+		start := time.Now()
+		wait.For(t, timeout, "a result for every "+prefix+" task", func() bool { return len(executions(prefix)) == n*perDevice })
+		return time.Since(start)
+	}
+	checkOnce := func(prefix string) map[string]int {
+		per := map[string]int{}
+		for id, ex := range executions(prefix) {
+			if len(ex) != 1 {
+				t.Errorf("task %s ran %d times: %v", id, len(ex), ex)
+			}
+			for k := range ex {
+				per[strings.Split(k, "@")[0]]++
+			}
+		}
+		return per
+	}
+
+	// Fleet tasks.
+	before := settledSent()
+	start := time.Now()
+	publish(mqtt.FleetTopic("openstarry"), ids("fa-"))
+	runAll("fa-", time.Duration(120+n*3)*time.Second)
+	fleetTook := time.Since(start)
+	perFleet := checkOnce("fa-")
+	fleetSent := settledSent() - before
+
+	// Direct tasks, to each device's master.
+	before = settledSent()
+	start = time.Now()
+	direct := ids("da-")
+	var dwg sync.WaitGroup
+	for i, d := range devs {
+		dwg.Add(1)
+		go func() {
+			defer dwg.Done()
+			publish("openstarry/"+d.id+"/agents/master/tasks", direct[i*perDevice:(i+1)*perDevice])
+		}()
+	}
+	dwg.Wait()
+	runAll("da-", time.Duration(120+n*3)*time.Second)
+	directTook := time.Since(start)
+	checkOnce("da-")
+	directSent := settledSent() - before
+
+	// Resident memory per device: the daemon and its agent.
+	var rss int64
+	for _, d := range devs {
+		rss += treeRSS(t, d.d.cmd.Process.Pid)
+	}
+
+	// Fleet tasks while a fifth of the devices are SIGKILLed and restarted.
+	kills := max(1, n/5)
+	victims := rand.Perm(n)[:kills]
+	tasks := ids("fk-")
+	var lastRestart time.Time
+	var kmu sync.Mutex
+	var kwg sync.WaitGroup
+	const spread = 4 * time.Second
+	for _, v := range victims {
+		kwg.Add(1)
+		go func() {
+			defer kwg.Done()
+			time.Sleep(rand.N(spread))
+			d := devs[v]
+			d.d.kill()
+			d.d = startChild(t, false, "start", "--config", d.cfg)
+			d.d.waitLog("fleet: connected for the claims", 120*time.Second)
+			kmu.Lock()
+			lastRestart = time.Now()
+			kmu.Unlock()
+		}()
+	}
+	batches := 20
+	for b := range batches {
+		publish(mqtt.FleetTopic("openstarry"), tasks[b*len(tasks)/batches:(b+1)*len(tasks)/batches])
+		time.Sleep(spread / time.Duration(batches))
+	}
+	kwg.Wait()
+	runAll("fk-", time.Duration(300+n*6)*time.Second)
+	converge := time.Since(lastRestart)
+	perKilled := checkOnce("fk-")
+
+	t.Logf("per device, fleet tasks without kills: %v", perFleet)
+	t.Logf("per device, fleet tasks with kills: %v", perKilled)
+	fig := []string{
+		fmt.Sprintf("devices: %d (boot of all, to their claims connected: %s)", n, bootTook.Round(10*time.Millisecond)),
+		fmt.Sprintf("fleet status: %s for %d devices (with --wait 2s)", statusTook.Round(10*time.Millisecond), n),
+		fmt.Sprintf("hub connections: %d (%.1f per device: daemon, master, master's claims; and the test's 3 clients)",
+			connections, float64(connections-3)/float64(n)),
+		fmt.Sprintf("direct tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", len(direct), directTook.Round(10*time.Millisecond),
+			float64(len(direct))/directTook.Seconds(), float64(directSent)/float64(len(direct))),
+		fmt.Sprintf("fleet tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", n*perDevice, fleetTook.Round(10*time.Millisecond),
+			float64(n*perDevice)/fleetTook.Seconds(), float64(fleetSent)/float64(n*perDevice)),
+		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
+		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted: %d, each run once; all results %s after the last restart", kills, len(tasks), converge.Round(10*time.Millisecond)),
+	}
+	for _, f := range fig {
+		fmt.Println("fleet sim: " + f)
+	}
+}
+
+// treeRSS is the resident memory of pid and its children, in bytes.
+func treeRSS(t *testing.T, pid int) int64 {
+	rss := func(p int) int64 {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p), "status"))
+		if err != nil {
+			return 0
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.ParseInt(f[1], 10, 64)
+				return kb << 10
+			}
+		}
+		return 0
+	}
+	total := rss(pid)
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	if err != nil {
+		return total
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			total += rss(c)
+		}
+	}
+	return total
+}
