@@ -1,12 +1,17 @@
 package mcp
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/internal/llamaserver"
 )
 
@@ -106,4 +111,20 @@ func FuzzNormalizeSchema(f *testing.F) {
 			t.Fatalf("normalising %s again dropped %q (%s)", out, dropped, again)
 		}
 	})
+}
+
+// The tool handed to the agent carries the normalised schema, and the
+// agent's log names the tool and what was dropped.
+func TestWrapLogsNormalizedSchema(t *testing.T) {
+	var buf bytes.Buffer
+	env := host.ToolSourceEnv{AgentID: "a1", Log: zerolog.New(&buf)}
+	tl := wrap(nil, design.MCPServer{Name: "files"}, remoteTool{Name: "read", InputSchema: json.RawMessage(schemaCases[1].in)}, env)
+	if string(tl.Parameters) != schemaCases[1].want {
+		t.Fatalf("parameters %s", tl.Parameters)
+	}
+	log := buf.String()
+	if !strings.Contains(log, `"tool":"files__read"`) || !strings.Contains(log, `other.json#/x`) ||
+		!strings.Contains(log, "grammar-driven model servers refuse were dropped") {
+		t.Fatalf("log: %s", log)
+	}
 }
