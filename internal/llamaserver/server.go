@@ -70,6 +70,10 @@ type Options struct {
 	// the most tokens one answer may have (default 2048).
 	Context, Parallel, Predict int
 	Args                       []string // more flags
+	// Command, when set, replaces every flag above: the server runs with
+	// these arguments, where "MODEL" stands for the model file and "PORT"
+	// for the port (a documented command line, run as written).
+	Command []string
 }
 
 // Server is a running llama-server on a loopback port of its own.
@@ -114,6 +118,18 @@ func Start(t testing.TB, o Options) *Server {
 	s.args = append([]string{"-m", model, "--jinja", "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"-t", "1", "-c", strconv.Itoa(o.Context), "-np", strconv.Itoa(o.Parallel), "-n", strconv.Itoa(o.Predict),
 		"--temp", "0", "--no-warmup"}, o.Args...)
+	if o.Command != nil {
+		s.args = nil
+		for _, a := range o.Command {
+			switch a {
+			case "MODEL":
+				a = model
+			case "PORT":
+				a = strconv.Itoa(port)
+			}
+			s.args = append(s.args, a)
+		}
+	}
 	t.Cleanup(s.Kill)
 	s.Restart()
 	return s
