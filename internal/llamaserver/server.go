@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -142,7 +141,7 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = &lockedWriter{s}, &lockedWriter{s}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
 		s.t.Fatalf("starting llama-server: %v", err)
