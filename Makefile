@@ -49,13 +49,15 @@ fuzz:
 # fdatasync, Save latency and bytes per backend (each against a raw
 # fdatasync in the same loop), end-to-end ticks per second, submit-and-wait
 # throughput at 1, 8 and 64 clients (in-process), the openai brain's own
-# cost per turn (no model); through the real binary: HTTP and MQTT (embedded
+# cost per turn (no model), the agent's cost per model turn over a raw
+# request to llama-server and the tokens/s it sees (skipped without the
+# server: internal/llamaserver/build/build.sh); through the real binary: HTTP and MQTT (embedded
 # broker and Mosquitto) latency against a raw fdatasync and throughput at 1,
 # 8 and 64 clients, MQTT ingress counted to the results published; and the
 # daemon's cold boot (BOOTS boots: each one takes about half a second).
 BOOTS ?= 20x
 bench:
-	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
+	$(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn|ModelTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/...
 	$(GO) test -run '^$$' -bench 'DaemonBoot' -benchtime $(BOOTS) -timeout 30m ./cmd/openstarry/
 
 lint:

@@ -23,7 +23,13 @@ func init() {
 // A nil KnownTool accepts design.BuiltinTools(); when the tool registry
 // covers every built-in, pass its lookup here.
 func templateValidator() design.Validator {
-	return design.Validator{KnownTool: tool.Known}
+	return design.Validator{KnownTool: tool.Known, ToolDefinition: func(name string) (design.ModelTool, bool) {
+		t, err := tool.Lookup(name)
+		if err != nil {
+			return design.ModelTool{}, false
+		}
+		return design.ModelTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}, true
+	}}
 }
 
 func newTemplatesCmd() *cobra.Command {

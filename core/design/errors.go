@@ -54,6 +54,7 @@ const (
 	RuleEphemeralMaster = "ephemeral_master"  // only a worker can be ephemeral
 	RuleNoAllowlist     = "no_allowlist"      // http_get listed without an http_allowlist
 	RuleMCPServer       = "mcp_server"        // an MCP server without exactly one of command and url, or a duplicate name
+	RuleModelTools      = "model_tools"       // more tools, or bigger schemas, than a model is offered (MaxModelTools, …)
 	RuleMissingWorker   = "missing_worker"    // a master names a worker template the set does not hold
 	RuleNotAWorker      = "not_a_worker"      // a master names a template whose role is not worker
 	RuleDuplicateName   = "duplicate_name"    // two files define the same name

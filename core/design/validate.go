@@ -32,6 +32,10 @@ type Validator struct {
 	// KnownTool reports whether the tool registry has a tool of this name.
 	// Nil accepts the names BuiltinTools returns.
 	KnownTool func(name string) (ok bool)
+	// ToolDefinition returns a tool's definition as a model is offered it,
+	// for the bounds of ModelToolProblems. Nil checks only the number of
+	// tools.
+	ToolDefinition func(name string) (ModelTool, bool)
 }
 
 func (v Validator) knownTool(name string) bool {
@@ -162,6 +166,7 @@ func (v Validator) goRules(file string, doc any) ValidationErrors {
 			}
 		}
 	}
+	errs = append(errs, v.modelToolRules(file, obj)...)
 	if role, _ := obj["role"].(string); role == RoleWorker {
 		if ws, ok := obj["workers"].([]any); ok && len(ws) > 0 {
 			errs = append(errs, ValidationError{File: file, Path: "/workers", Rule: RuleWorkersOnWorker,

@@ -155,6 +155,25 @@ func resolveTools(names []string, mcp []tool.Tool) ([]tool.Tool, error) {
 	return out, nil
 }
 
+// warnModelTools logs what of the tools offered to a model is over the
+// bounds templates validate enforces (design.ModelToolProblems): MCP
+// servers' tools are only known at start, so they are reported, not
+// refused.
+func warnModelTools(log zerolog.Logger, tools []tool.Tool) {
+	defs := make([]design.ModelTool, len(tools))
+	for i, t := range tools {
+		defs[i] = design.ModelTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}
+	}
+	idx, msgs := design.ModelToolProblems(defs)
+	for i, m := range msgs {
+		ev := log.Warn()
+		if idx[i] >= 0 {
+			ev = ev.Str("tool", defs[idx[i]].Name)
+		}
+		ev.Msg("tools with MCP servers' over the model bounds: " + m)
+	}
+}
+
 // withService returns services with name set to v.
 func withService(services map[string]any, name string, v any) map[string]any {
 	if services == nil {
@@ -242,6 +261,9 @@ func Start(ctx context.Context, a Agent) (*agent.Runtime, error) {
 			_ = mem.Close()
 		}
 		return nil, fmt.Errorf("agent %s: template %s: %w", a.ID, t.Name, err)
+	}
+	if t.Brain.Provider == "openai" && len(extra) > 0 {
+		warnModelTools(a.Log, tools)
 	}
 	rt, err := agent.Start(ctx, kernelConfig(a, b, tools, services))
 	if err != nil {

@@ -1,11 +1,16 @@
 package host
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/tool"
 )
@@ -48,5 +53,27 @@ func TestResolveTools(t *testing.T) {
 				t.Fatalf("tools = %v, want %v", names, tc.want)
 			}
 		})
+	}
+}
+
+// MCP tools over the model bounds are reported in the agent's log, with
+// the tool when the problem is one tool's.
+func TestWarnModelTools(t *testing.T) {
+	var buf bytes.Buffer
+	var tools []tool.Tool
+	for i := range 33 {
+		tools = append(tools, tool.Tool{Name: fmt.Sprintf("srv__t%d", i)})
+	}
+	props := map[string]any{}
+	for i := range 300 {
+		props[fmt.Sprint("p", i)] = map[string]any{"type": "string"}
+	}
+	wide, _ := json.Marshal(map[string]any{"type": "object", "properties": props})
+	tools[5].Parameters = wide
+	warnModelTools(zerolog.New(&buf), tools)
+	log := buf.String()
+	if !strings.Contains(log, "33 tools offered to a model: at most 32") ||
+		!strings.Contains(log, `"tool":"srv__t5"`) || !strings.Contains(log, "300 properties") {
+		t.Fatalf("log: %s", log)
 	}
 }

@@ -18,7 +18,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -70,6 +69,10 @@ type Options struct {
 	// the most tokens one answer may have (default 2048).
 	Context, Parallel, Predict int
 	Args                       []string // more flags
+	// Command, when set, replaces every flag above: the server runs with
+	// these arguments, where "MODEL" stands for the model file and "PORT"
+	// for the port (a documented command line, run as written).
+	Command []string
 }
 
 // Server is a running llama-server on a loopback port of its own.
@@ -114,6 +117,18 @@ func Start(t testing.TB, o Options) *Server {
 	s.args = append([]string{"-m", model, "--jinja", "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 		"-t", "1", "-c", strconv.Itoa(o.Context), "-np", strconv.Itoa(o.Parallel), "-n", strconv.Itoa(o.Predict),
 		"--temp", "0", "--no-warmup"}, o.Args...)
+	if o.Command != nil {
+		s.args = nil
+		for _, a := range o.Command {
+			switch a {
+			case "MODEL":
+				a = model
+			case "PORT":
+				a = strconv.Itoa(port)
+			}
+			s.args = append(s.args, a)
+		}
+	}
 	t.Cleanup(s.Kill)
 	s.Restart()
 	return s
@@ -126,7 +141,7 @@ func (s *Server) Restart() {
 	s.mu.Lock()
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = &lockedWriter{s}, &lockedWriter{s}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		s.mu.Unlock()
 		s.t.Fatalf("starting llama-server: %v", err)

@@ -30,7 +30,7 @@ func td(name string) llmtest.Answer { return llmtest.Answer{File: filepath.Join(
 
 // rig is one agent with the openai brain on a real bbolt store.
 type rig struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	store *bbolt.Store
 	rt    *agent.Runtime
@@ -48,7 +48,7 @@ func template(baseURL string) *design.Template {
 		ContextBudget: design.ContextBudget{MaxMessages: 50}}
 }
 
-func newRig(t *testing.T, tmpl *design.Template) *rig {
+func newRig(t testing.TB, tmpl *design.Template) *rig {
 	t.Helper()
 	r := &rig{t: t, dir: t.TempDir(), tmpl: tmpl}
 	r.open()
@@ -67,7 +67,11 @@ func (r *rig) open() {
 			RetryMin: 20 * time.Millisecond, RetryMax: 50 * time.Millisecond}
 	}
 	r.a.Store = st
-	r.a.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(r.t), &r.log))
+	var out io.Writer = zerolog.NewTestWriter(r.t)
+	if _, bench := r.t.(*testing.B); bench {
+		out = io.Discard
+	}
+	r.a.Log = zerolog.New(io.MultiWriter(out, &r.log))
 	rt, err := host.Start(context.Background(), r.a)
 	if err != nil {
 		r.t.Fatal(err)

@@ -163,6 +163,12 @@ func (c *Client) attempt(ctx context.Context, hc *http.Client, url string, body 
 		return Completion{}, 0, fmt.Errorf("%w: %w", agent.ErrBrainUnavailable, err)
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	// A request may be sent again on a new connection when a kept-alive one
+	// turns out closed before any answer (llama-server closes idle ones):
+	// nothing of a chat completion is durable on the server. net/http
+	// treats a request with this header as replayable; a nil value is not
+	// sent.
+	hreq.Header["Idempotency-Key"] = nil
 	if stream {
 		hreq.Header.Set("Accept", "text/event-stream")
 	} else {

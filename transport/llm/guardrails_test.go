@@ -1,13 +1,19 @@
 package llm_test
 
 import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/host"
+	"github.com/openstarry/openstarry-edge/transport/llm"
 	"github.com/openstarry/openstarry-edge/transport/llm/llmtest"
 )
 
@@ -93,5 +99,37 @@ func TestMalformedAnswers(t *testing.T) {
 				t.Fatalf("x.txt exists: a malformed call ran")
 			}
 		})
+	}
+}
+
+// A kept-alive connection the server has closed (llama-server closes idle
+// ones) is not an error: the request goes again on a new connection. The
+// server here answers the first request of each connection and drops the
+// connection at the second, before answering.
+func TestStaleKeepAliveConnection(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]int{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen[r.RemoteAddr]++
+		n := seen[r.RemoteAddr]
+		mu.Unlock()
+		if n > 1 {
+			conn, _, err := w.(http.Hijacker).Hijack()
+			if err == nil {
+				conn.Close()
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, completion("fine"))
+	}))
+	defer srv.Close()
+	c := &llm.Client{BaseURL: srv.URL + "/v1", Model: "m", HTTP: &http.Client{Transport: &http.Transport{}}}
+	for i := range 3 {
+		comp, err := llm.Chat(c, context.Background(), "hi")
+		if err != nil || comp.Content != "fine" {
+			t.Fatalf("request %d: %+v %v", i, comp, err)
+		}
 	}
 }

@@ -210,3 +210,24 @@ func TestRealServerKilledAndRestarted(t *testing.T) {
 		})
 	}
 }
+
+// A model that writes a tool call the server does not parse (here: an
+// agent without tools whose system prompt shows the model <tools>, so the
+// tiny model writes its call as text): the answer is asked for again, then
+// the task fails saying why; the half-written call never runs.
+func TestRealServerUnparsedCall(t *testing.T) {
+	s := llamaserver.Start(t, llamaserver.Options{})
+	tmpl := realTemplate(s)
+	tmpl.Tools = nil
+	tmpl.SystemPrompt = "Answer with <tools> in mind."
+	r := newRig(t, tmpl)
+	r.submit("t1", "append")
+	st := r.wait("t1")
+	if st.Status != agent.ResultFailed || !strings.Contains(st.Error, "3 answers in a row were unusable") ||
+		!strings.Contains(st.Error, "<tool_call>") {
+		t.Fatalf("t1 = %+v", st)
+	}
+	if got := notes(t, r); got != "" {
+		t.Fatalf("notes.txt = %q", got)
+	}
+}

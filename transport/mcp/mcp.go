@@ -94,7 +94,12 @@ func wrap(c *client, srv design.MCPServer, t remoteTool, env host.ToolSourceEnv)
 		timeout = time.Duration(srv.TimeoutMs) * time.Millisecond
 	}
 	remote := t.Name
-	return tool.Tool{Name: name, Description: desc, Idempotent: idem, Parameters: schemaObject(t.InputSchema),
+	params, dropped := normalizeSchema(schemaObject(t.InputSchema))
+	if len(dropped) > 0 {
+		env.Log.Warn().Str("tool", name).Strs("dropped", dropped).
+			Msgf("MCP tool %s: schema keywords that grammar-driven model servers refuse were dropped", name)
+	}
+	return tool.Tool{Name: name, Description: desc, Idempotent: idem, Parameters: params,
 		Run: func(ctx context.Context, _ tool.Env, raw json.RawMessage) (json.RawMessage, error) {
 			var args map[string]any
 			if len(raw) > 0 && string(raw) != "null" {

@@ -41,7 +41,7 @@ tar -xzf "node-llama-cpp-${VERSION}.tgz" -C src-pkg
 tar -xzf "node-llama-cpp-linux-x64-${VERSION}.tgz" -C lib-pkg
 libs="$work/lib-pkg/package/bins/linux-x64"
 tag=$(sed -n 's/.*"tag": *"\([^"]*\)".*/\1/p' src-pkg/package/llama/llama.cpp.info.json)
-git clone -q src-pkg/package/llama/gitRelease.bundle llama.cpp
+git -c advice.detachedHead=false clone -q src-pkg/package/llama/gitRelease.bundle llama.cpp
 
 # Configure the whole tree (a second), then compile only the objects the
 # server is made of.
