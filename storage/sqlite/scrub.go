@@ -2,149 +2,28 @@ package sqlite
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 )
 
-// Scrub checks the database's files on the disk (plugin.Scrubber): SQLite's
-// PRAGMA quick_check reads every page of the database (every agent of the
-// device shares it) through the write-ahead log, and the log's frames are
-// read back and their checksums verified as SQLite would at its next open.
-// SQLite verifies them only then, and drops a damaged frame with every
-// commit after it: found by the scrub, the damage is logged while the
-// agent still runs, before a restart costs those commits. Nothing is
-// rewritten: SQLite keeps no second copy of a page.
+// Scrub checks the database's files on the disk (plugin.Scrubber) with
+// sqlitedb.Check: SQLite's PRAGMA quick_check reads every page of the
+// database (every agent of the device shares it) through the write-ahead
+// log, and the log's frames are read back and their checksums verified as
+// SQLite would at its next open. SQLite verifies them only then, and drops
+// a damaged frame with every commit after it: found by the scrub, the
+// damage is logged while the agent still runs, before a restart costs those
+// commits. Nothing is rewritten: SQLite keeps no second copy of a page.
 func (s *Store) Scrub(ctx context.Context, agentID string) (plugin.ScrubReport, error) {
-	var rep plugin.ScrubReport
 	if err := agent.ValidateID(agentID); err != nil {
-		return rep, fmt.Errorf("sqlite: scrub: %w", err)
+		return plugin.ScrubReport{}, fmt.Errorf("sqlite: scrub: %w", err)
 	}
-	rows, err := s.db.QueryContext(ctx, "PRAGMA quick_check")
+	damage, n, err := sqlitedb.Check(ctx, s.db, s.path)
 	if err != nil {
-		if errors.Is(corruptIf(err), plugin.ErrCorrupt) {
-			rep.Damage = append(rep.Damage, fmt.Sprintf("%s: %v", s.path, err))
-			return rep, nil
-		}
-		return rep, fmt.Errorf("sqlite: scrub: %w", err)
+		return plugin.ScrubReport{}, fmt.Errorf("sqlite: scrub: %w", err)
 	}
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			rows.Close()
-			return rep, fmt.Errorf("sqlite: scrub: %w", err)
-		}
-		if line != "ok" && len(rep.Damage) < 8 {
-			rep.Damage = append(rep.Damage, fmt.Sprintf("%s: %s", s.path, line))
-		}
-	}
-	if err := rows.Err(); err != nil {
-		rows.Close()
-		if errors.Is(corruptIf(err), plugin.ErrCorrupt) {
-			rep.Damage = append(rep.Damage, fmt.Sprintf("%s: %v", s.path, err))
-			return rep, nil
-		}
-		return rep, fmt.Errorf("sqlite: scrub: %w", err)
-	}
-	rows.Close()
-	var pages, size int64
-	if err := s.db.QueryRowContext(ctx, "PRAGMA page_count").Scan(&pages); err == nil {
-		if err := s.db.QueryRowContext(ctx, "PRAGMA page_size").Scan(&size); err == nil {
-			rep.Bytes += pages * size
-		}
-	}
-	wal := s.path + "-wal"
-	b, err := os.ReadFile(wal)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return rep, fmt.Errorf("sqlite: scrub: %w", err)
-	default:
-		rep.Bytes += int64(len(b))
-		if d := walDamage(b); d != "" {
-			rep.Damage = append(rep.Damage, wal+": "+d)
-		}
-	}
-	return rep, nil
-}
-
-// walDamage checks the frames of a write-ahead log as SQLite does when it
-// opens the database (https://www.sqlite.org/fileformat2.html#walformat):
-// a 32-byte header with its checksum, then frames of a 24-byte header and
-// a page, each with the running checksum of the header's first 8 bytes and
-// the page, and the header's salts. The first frame with the salts whose
-// checksum fails ends what SQLite replays. It says where, when frames with
-// the salts follow it (the end a crash leaves is the last frame only), or
-// "" when the log is whole.
-func walDamage(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if len(b) < 32 {
-		return fmt.Sprintf("its header is cut short (%d bytes)", len(b))
-	}
-	magic := binary.BigEndian.Uint32(b)
-	if magic != 0x377f0682 && magic != 0x377f0683 {
-		return fmt.Sprintf("its header's magic number is %#x: SQLite will ignore the whole log", magic)
-	}
-	var order binary.ByteOrder = binary.LittleEndian
-	if magic == 0x377f0683 {
-		order = binary.BigEndian
-	}
-	sum := func(s0, s1 uint32, p []byte) (uint32, uint32) {
-		for i := 0; i+8 <= len(p); i += 8 {
-			s0 += order.Uint32(p[i:]) + s1
-			s1 += order.Uint32(p[i+4:]) + s0
-		}
-		return s0, s1
-	}
-	s0, s1 := sum(0, 0, b[:24])
-	if s0 != binary.BigEndian.Uint32(b[24:]) || s1 != binary.BigEndian.Uint32(b[28:]) {
-		return "its header fails its checksum: SQLite will ignore the whole log"
-	}
-	ps := int(binary.BigEndian.Uint32(b[8:]))
-	if ps == 1 {
-		ps = 65536
-	}
-	if ps < 512 || ps > 65536 || ps&(ps-1) != 0 {
-		return fmt.Sprintf("its header names a page size of %d", ps)
-	}
-	salt := b[16:24]
-	frame := 24 + ps
-	bad := -1
-	for i, off := 0, 32; off+frame <= len(b); i, off = i+1, off+frame {
-		h := b[off : off+24]
-		if string(h[8:16]) != string(salt) {
-			if bad < 0 {
-				return "" // the end of this log's frames: older ones follow
-			}
-			break
-		}
-		if bad >= 0 {
-			return fmt.Sprintf("frame %d (offset %d) fails its checksum: SQLite will drop it and the %d frames after it, with their commits, at its next open",
-				bad, 32+bad*frame, i-bad-1+countSalted(b[off:], salt, frame))
-		}
-		n0, n1 := sum(s0, s1, h[:8])
-		n0, n1 = sum(n0, n1, b[off+24:off+frame])
-		if n0 != binary.BigEndian.Uint32(h[16:]) || n1 != binary.BigEndian.Uint32(h[20:]) {
-			bad = i
-			continue
-		}
-		s0, s1 = n0, n1
-	}
-	return ""
-}
-
-// countSalted counts the frames at the start of b that carry salt.
-func countSalted(b, salt []byte, frame int) int {
-	n := 0
-	for off := 0; off+frame <= len(b) && string(b[off+8:off+16]) == string(salt); off += frame {
-		n++
-	}
-	return n
+	return plugin.ScrubReport{Bytes: n, Damage: damage}, nil
 }

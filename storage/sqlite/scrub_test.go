@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 
@@ -55,7 +56,7 @@ func TestScrub(t *testing.T) {
 	t.Logf("found: %s", rep.Damage[0])
 }
 
-// TestWALDamage: walDamage on a log as SQLite wrote it, cut, with its last
+// TestWALDamage: sqlitedb.WALDamage on a log as SQLite wrote it, cut, with its last
 // frame torn (what a crash leaves: not damage), a frame in the middle
 // damaged, and its header damaged.
 func TestWALDamage(t *testing.T) {
@@ -81,18 +82,10 @@ func TestWALDamage(t *testing.T) {
 		{"header cut", func(b []byte) []byte { return b[:20] }, "cut short"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := walDamage(tc.edit(append([]byte(nil), good...)))
+			got := sqlitedb.WALDamage(tc.edit(append([]byte(nil), good...)))
 			if tc.want == "" && got != "" || !strings.Contains(got, tc.want) {
 				t.Fatalf("walDamage = %q; want %q", got, tc.want)
 			}
 		})
 	}
-}
-
-// FuzzWALDamage: walDamage never panics, whatever the log holds.
-func FuzzWALDamage(f *testing.F) {
-	f.Add([]byte{})
-	f.Add(make([]byte, 32))
-	f.Add(append([]byte{0x37, 0x7f, 0x06, 0x82, 0, 0x2d, 0xe2, 0x18, 0, 0, 2, 0}, make([]byte, 600)...))
-	f.Fuzz(func(t *testing.T, b []byte) { _ = walDamage(b) })
 }
