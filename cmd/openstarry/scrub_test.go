@@ -95,6 +95,12 @@ func TestDaemonScrub(t *testing.T) {
 			strings.Contains(string(page), "openstarry_sessions_db_damage_total 0")
 	})
 
+	for _, l := range strings.Split(c.logs(), "\n") {
+		if strings.Contains(l, "scrub:") {
+			t.Log(l)
+		}
+	}
+
 	// The master dies: it comes back with every task, from state.db.
 	before := len(c.logs())
 	pid := st.Agents[0].PID
