@@ -91,6 +91,7 @@ func (o fleetOps) telemetry(device string, started time.Time, counters func() ma
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 		if st, err := o.Status(ctx); err == nil {
+			t.SessionsDamage = st.(*control.Status).SessionsDamage
 			for _, a := range st.(*control.Status).Agents {
 				t.Agents = append(t.Agents, fleet.AgentTelemetry{ID: a.ID, Role: a.Role, State: a.State, Restarts: a.Restarts, Tick: a.Tick,
 					Template: a.Template, TemplateVersion: a.TemplateVersion, TemplateSource: a.Source,

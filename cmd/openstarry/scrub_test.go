@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -79,6 +80,24 @@ func TestDaemonScrub(t *testing.T) {
 	for _, want := range []string{`openstarry_agent_store_damage_total{agent="master"} 1`, `openstarry_agent_store_repaired_total{agent="master"} 1`} {
 		if !strings.Contains(string(page), want) {
 			t.Fatalf("/metrics has no %q:\n%s", want, page)
+		}
+	}
+
+	// The daemon scrubs sessions.db too.
+	wait.For(t, 60*time.Second, "a scrub of sessions.db", func() bool {
+		resp, err := http.Get(base + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		page, _ := io.ReadAll(resp.Body)
+		return regexp.MustCompile(`(?m)^openstarry_sessions_db_scrubs_total [1-9]`).Match(page) &&
+			strings.Contains(string(page), "openstarry_sessions_db_damage_total 0")
+	})
+
+	for _, l := range strings.Split(c.logs(), "\n") {
+		if strings.Contains(l, "scrub:") {
+			t.Log(l)
 		}
 	}
 

@@ -109,6 +109,9 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 				a.ID, a.StoreDamage, a.StoreRepaired))
 		}
 	}
+	if st.SessionsDamage > 0 {
+		damaged = append(damaged, fmt.Sprintf("  sessions.db: %d damaged parts found (the daemon's log names them)", st.SessionsDamage))
+	}
 	if len(damaged) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "store damage found by the scrub (docs/storage-damage.md):")

@@ -131,6 +131,7 @@ type Daemon struct {
 	life       context.Context // ends at shutdown: handoffs stop
 	cancelLife context.CancelFunc
 	handoffs   sync.WaitGroup
+	scrubs     sync.WaitGroup // the scrub of sessions.db, ended by life
 	events     chan control.AgentInfo
 
 	mu          sync.Mutex // guards the fields below
@@ -144,6 +145,9 @@ type Daemon struct {
 	infraUp     []bool
 	agentTokens map[string]string // control token → the agent it was handed to
 	tokenOf     map[string]string // agent id → its control token
+	// sessScrubs and sessDamage count the scrubs of sessions.db and the
+	// damaged parts they found.
+	sessScrubs, sessDamage uint64
 }
 
 // Run boots the daemon and runs it until ctx ends, then stops every agent

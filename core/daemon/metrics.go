@@ -50,6 +50,11 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	p.Gauge("openstarry_worker_handoffs_pending", float64(len(d.reg.snapshot().Handoffs)))
 	p.Gauge("openstarry_interrupted_agents", float64(len(st.Interrupted)))
+	d.mu.Lock()
+	scrubs := d.sessScrubs
+	d.mu.Unlock()
+	p.Counter("openstarry_sessions_db_scrubs_total", scrubs)
+	p.Counter("openstarry_sessions_db_damage_total", st.SessionsDamage)
 	for _, a := range st.Agents {
 		l := []string{"agent", a.ID, "role", a.Role, "template", a.Template}
 		p.Gauge("openstarry_agent_up", b2f(a.State == control.StateRunning), l...)

@@ -174,6 +174,13 @@ func (d *Daemon) openSessions(ctx context.Context) error {
 // interrupted sessions when sessions.auto_resume is set.
 func (d *Daemon) startSessions(ctx context.Context) {
 	d.sess.SetAgents(sessionAgents{d})
+	if d.cfg.ScrubInterval > 0 {
+		d.scrubs.Add(1)
+		go func() {
+			defer d.scrubs.Done()
+			d.scrubSessions(d.life, d.cfg.ScrubInterval)
+		}()
+	}
 	if !d.cfg.Sessions.AutoResume {
 		if list, err := d.sess.ResumableSessions(ctx); err == nil && len(list) > 0 {
 			d.log.Info().Int("sessions", len(list)).Msg("interrupted sessions wait for a resume (sessions.auto_resume is off): `openstarry session list`")
@@ -206,6 +213,7 @@ func (d *Daemon) closeSessions(clean bool) {
 	if d.sess == nil {
 		return
 	}
+	d.scrubs.Wait() // d.life has ended: the scrub returns
 	if err := d.sess.Close(clean); err != nil {
 		d.log.Warn().Err(err).Msg("closing sessions.db")
 	}
@@ -294,4 +302,38 @@ func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	httpx.Pretty(w, http.StatusOK, out)
+}
+
+// scrubSessions reads sessions.db back from the disk once per interval
+// until ctx ends (the scrub, docs/storage-damage.md): damage is logged at
+// error level and counted for /metrics, status and the telemetry. SQLite
+// keeps no second copy of a page: nothing is rewritten.
+func (d *Daemon) scrubSessions(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		damage, n, err := d.sess.CheckDB(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		d.mu.Lock()
+		d.sessScrubs++
+		d.sessDamage += uint64(len(damage))
+		d.mu.Unlock()
+		switch {
+		case err != nil:
+			d.log.Error().Err(err).Msg("scrub: sessions.db could not be checked")
+		case len(damage) == 0:
+			d.log.Debug().Int64("bytes", n).Msg("scrub: sessions.db read back without damage")
+		default:
+			for _, l := range damage {
+				d.log.Error().Str("damage", l).Msg("scrub: sessions.db is damaged on the disk")
+			}
+		}
+	}
 }

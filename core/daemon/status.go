@@ -26,7 +26,7 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 	d.mu.Lock()
 	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
 		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
-		StateStore: d.store, PreviousRun: d.previousRun}
+		StateStore: d.store, PreviousRun: d.previousRun, SessionsDamage: d.sessDamage}
 	d.mu.Unlock()
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup

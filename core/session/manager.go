@@ -1047,3 +1047,7 @@ func contextSummary(tasks []PlanTask, reason string) string {
 	}
 	return b.String()
 }
+
+// CheckDB reads sessions.db back from the disk (Store.Check): the daemon's
+// scrub.
+func (m *Manager) CheckDB(ctx context.Context) ([]string, int64, error) { return m.store.Check(ctx) }

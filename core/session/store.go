@@ -130,6 +130,13 @@ type Store struct {
 	path string
 }
 
+// Check reads sessions.db and its write-ahead log back from the disk
+// (the daemon's scrub, sqlitedb.Check): the damaged parts found, each
+// naming its file, and the bytes checked.
+func (s *Store) Check(ctx context.Context) ([]string, int64, error) {
+	return sqlitedb.Check(ctx, s.db, s.path)
+}
+
 // OpenStore opens (creating it if needed, 0600) and migrates the database.
 func OpenStore(ctx context.Context, path string) (*Store, error) {
 	abs, err := filepath.Abs(path)

@@ -203,3 +203,56 @@ func TestTruncatedAndZeroed(t *testing.T) {
 		})
 	}
 }
+
+// TestCorruptSharedElement: an element every kept generation references
+// (a history message written by an older save) is damaged. The agent used
+// to be refused (no generation loads whole); now the newest generation
+// loads without that message, said at error level: the damage costs what
+// it hit. A damaged record still refuses (CorruptAll).
+func TestCorruptSharedElement(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, Options{})
+	a := storagetest.Sample("shared", 1)
+	mustSave(t, s, a)
+	b := a.Clone()
+	b.TickIndex = 2
+	b.Memory.ShortTermHistory = append(b.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "new"})
+	mustSave(t, s, b)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	editBucket(t, filepath.Join(dir, "shared", FileName), func(bk *bolt.Bucket) {
+		first, ok := firstKey(bk, prefixHistory)
+		if !ok {
+			t.Fatal("no history element")
+		}
+		flipValue(t, bk, key(prefixHistory, first))
+	})
+	snap, err, logs := loadDamaged(t, dir, "shared")
+	if err != nil {
+		t.Fatalf("Load: %v; want generation 2 without its damaged message", err)
+	}
+	want := b.Clone()
+	want.Memory.ShortTermHistory = want.Memory.ShortTermHistory[1:]
+	if g, w := encode(t, snap), encode(t, want); g != w {
+		t.Fatalf("loaded\n%s\nwant\n%s", g, w)
+	}
+	if l := logs.Lines("error", "loaded generation 2 without its damaged elements: 1 history messages"); len(l) != 1 {
+		t.Fatalf("no error line:\n%s", logs)
+	}
+	// The next Save writes the lists whole; a restart loads it.
+	s = mustOpen(t, dir, Options{})
+	got, err := s.Load(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.TickIndex = 3
+	mustSave(t, s, got)
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "shared", nil), Options{}), got)
+}
+
+// firstKey returns the lowest number under prefix.
+func firstKey(b *bolt.Bucket, prefix byte) (uint64, bool) {
+	k, _ := b.Cursor().Seek([]byte{prefix})
+	return keyNum(prefix, k)
+}

@@ -14,7 +14,8 @@ import (
 
 // BenchmarkOpen measures what opening an agent's file costs, by the size of
 // the file: the check before mapping (checkFile), bbolt's tx.Check, and the
-// whole open of the store (both, bbolt's own open and Load). Every Save
+// whole open of the store (both, bbolt's own open and Load), and a scrub of
+// the open store (Scrub). Every Save
 // appends one 1 KiB history message and one result, and the history is
 // bounded to 1,000 messages.
 func BenchmarkOpen(b *testing.B) {
@@ -65,6 +66,24 @@ func BenchmarkOpen(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				if err := boltCheck(db); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/scrub", func(b *testing.B) {
+			// What a scrub holds the agent's lock for: checkFile with
+			// every value's frame checked, the file's cache dropped first.
+			s, err := Open(dir, Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if _, err := s.Load(ctx, "open"); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if rep, err := s.Scrub(ctx, "open"); err != nil || len(rep.Damage) > 0 {
+					b.Fatal(rep, err)
 				}
 			}
 		})

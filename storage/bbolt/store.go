@@ -1095,6 +1095,26 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 	if firstErr == nil {
 		firstErr = fmt.Errorf("no generation the mark names (%d, %d) is stored", m.Gen, m.Base)
 	}
+	// No generation loads whole: an element both need is damaged (one
+	// element is written once, and every later generation that keeps it
+	// references it). The newest whose record checks is loaded without
+	// its damaged elements: the damage costs what it hit, not the agent.
+	for _, g := range gens {
+		gen, _ := keyNum(prefixRecord, g[0])
+		if m != nil && gen != m.Gen && gen != m.Base {
+			continue
+		}
+		snap, left, err := readPartial(b, a.id, g[0], g[1])
+		if err != nil {
+			continue
+		}
+		s.log.Error().Str("agent", a.id).Uint64("generation", gen).Str("file", a.path).
+			Uint64("tick", snap.TickIndex).Int("history", left.hist).Int("queue", left.queue).
+			Int("outbox", left.outbox).Int("recent", left.recent).
+			Msgf("no generation loads whole; loaded generation %d without its damaged elements: %d history messages, %d queued events, %d undelivered results, %d recent event ids are lost",
+				gen, left.hist, left.queue, left.outbox, left.recent)
+		return snap, nil, nil
+	}
 	return nil, nil, fmt.Errorf("no good generation in %s (%d stored; newest: %v): %w",
 		a.path, len(gens), firstErr, plugin.ErrCorrupt)
 }

@@ -23,6 +23,9 @@ type Telemetry struct {
 	StoreBytes    int64            `json:"store_bytes"`     // the data directory's files
 	DiskFreeBytes int64            `json:"disk_free_bytes"` // free to the service on its file system; -1 unknown
 	Counters      map[string]int64 `json:"counters,omitempty"`
+	// SessionsDamage counts the damaged parts of sessions.db the daemon's
+	// scrubs found since it started; each agent's store has its own count.
+	SessionsDamage uint64 `json:"sessions_db_damage,omitempty"`
 }
 
 // AgentTelemetry is one agent in Telemetry.

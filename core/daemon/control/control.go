@@ -173,6 +173,9 @@ type Status struct {
 	// stop, and the machine booted since).
 	PreviousRun string      `json:"previous_run,omitempty"`
 	StateStore  *StoreState `json:"state_store,omitempty"`
+	// SessionsDamage counts the damaged parts of sessions.db the daemon's
+	// scrubs found since it started (docs/storage-damage.md).
+	SessionsDamage uint64 `json:"sessions_db_damage,omitempty"`
 }
 
 // StoreState is the snapshot store as phase 1 found it.
