@@ -178,6 +178,9 @@ sign() {
 
 case "${1:-host}" in
   host)
+    # Said before the build, which prints nothing while it works: the first
+    # one, with an empty module and build cache, takes a minute or two.
+    echo "build.sh: building bin/openstarry (the first build downloads the modules and compiles everything: 1-2 minutes; later ones take seconds)" >&2
     build "$(go env GOOS)/$(go env GOARCH)" bin/openstarry
     ;;
   matrix)

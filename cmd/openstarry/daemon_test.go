@@ -159,7 +159,8 @@ func TestDaemonColdBoot(t *testing.T) {
 		}
 	}
 	out, code := runCLI(t, "status", "--data", data)
-	if code != 0 || !regexp.MustCompile(`(?m)^master\s+master\s+master\s+\d+\s+running\s+0\s+0\s+0\s`).MatchString(out) {
+	if code != 0 || !regexp.MustCompile(`(?m)^master\s+master\s+master\s+\d+\s+running\s+0\s+0\s+0\s`).MatchString(out) ||
+		!strings.Contains(out, "\nstate store: bbolt:// (durable)\n") {
 		t.Fatalf("status (%d):\n%s", code, out)
 	}
 	t.Logf("openstarry status:\n%s", out)

@@ -121,7 +121,9 @@ func serviceConfig(configPath, data, user string) *service.Config {
 
 type serviceFlags struct {
 	configFlags
-	user string
+	user   string
+	dryRun bool
+	init   string
 }
 
 func init() {
@@ -156,21 +158,48 @@ LocalSystem unless --user is given, restarting on failure.`,
 			if err != nil {
 				return err
 			}
-			if err := prepareServiceData(data, f.user); err != nil {
-				return err
-			}
-			s, err := service.New(&program{}, serviceConfig(cfgPath, data, f.user))
+			note, err := chooseInit(f.init)
 			if err != nil {
 				return err
 			}
-			if err := service.Control(s, "install"); err != nil {
-				return fmt.Errorf("service install (%s): %w", service.Platform(), err)
+			sc := serviceConfig(cfgPath, data, f.user)
+			plan := planInstall(sc, data, f.user)
+			plan.Note = note
+			out := cmd.OutOrStdout()
+			if f.dryRun {
+				fmt.Fprintln(out, "dry run: nothing is written or created")
+				plan.print(out)
+				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "installed service %s: %s start --config %q --data %q\nstart it with: openstarry service start\n",
-				serviceName, os.Args[0], cfgPath, data)
+			if note != "" {
+				fmt.Fprintf(out, "note: %s\n", note)
+			}
+			s, err := service.New(&program{}, sc)
+			if err != nil {
+				return err
+			}
+			// A failed install leaves nothing behind: what it made (the
+			// data directory, the unit or script) is removed again.
+			u := newUndo(plan)
+			fail := func(err error) error {
+				if uerr := u.run(); uerr != nil {
+					return fmt.Errorf("%w; removing what it made: %v", err, uerr)
+				}
+				return err
+			}
+			if err := prepareServiceData(data, f.user); err != nil {
+				return fail(err)
+			}
+			if err := service.Control(s, "install"); err != nil {
+				return fail(fmt.Errorf("service install (%s): %w", service.Platform(), err))
+			}
+			fmt.Fprintf(out, "installed service %s (%s): %s\nstart it with: openstarry service start\n",
+				serviceName, plan.Manager, plan.Command)
 			return nil
 		},
 	}
+	install.Flags().BoolVar(&f.dryRun, "dry-run", false, "print what install would write and create, and do nothing")
+	install.Flags().StringVar(&f.init, "init", "auto", "service manager (Linux): auto, systemd or sysv")
 	install.Flags().StringVar(&f.config, "config", "", "configuration file the service reads (made absolute)")
 	install.Flags().StringVar(&f.data, "data", defaultServiceData(), "data directory of the service (made absolute)")
 	install.Flags().StringVar(&f.user, "user", defaultServiceUser(), "user the service runs as (empty: root / LocalSystem)")

@@ -139,3 +139,85 @@ func removeServiceLinks() error {
 
 // serviceLog: under systemd the journal reads stderr.
 func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }
+
+// systemdUnitPath is where kardianos/service writes the unit (as root).
+const systemdUnitPath = "/etc/systemd/system/" + serviceName + ".service"
+
+// systemdWantsLink is the link `systemctl enable` makes (WantedBy=multi-user.target).
+const systemdWantsLink = "/etc/systemd/system/multi-user.target.wants/" + serviceName + ".service"
+
+// chooseInit makes kardianos/service use the service manager named by
+// --init: auto (what runs this machine), systemd or sysv. Auto refuses a
+// machine where systemd is installed but not running (a container, a
+// chroot while building an image): the library would install a SysV
+// script there, which is not what the system runs once it boots.
+func chooseInit(init string) (note string, err error) {
+	want := map[string]string{"systemd": "linux-systemd", "sysv": "unix-systemv"}[init]
+	switch {
+	case init == "auto":
+	case want == "":
+		return "", fmt.Errorf("--init %q: want auto, systemd or sysv", init)
+	default:
+		for _, s := range service.AvailableSystems() {
+			if s.String() == want {
+				service.ChooseSystem(forcedSystem{s})
+				return "", nil
+			}
+		}
+		return "", fmt.Errorf("--init %s: this build of kardianos/service has no %s", init, want)
+	}
+	if service.ChosenSystem() == nil || service.ChosenSystem().String() != "unix-systemv" {
+		return "", nil
+	}
+	pid1 := "unknown"
+	if b, err := os.ReadFile("/proc/1/comm"); err == nil {
+		pid1 = strings.TrimSpace(string(b))
+	}
+	if _, err := exec.LookPath("systemctl"); err == nil {
+		return "", exitCode(2, fmt.Errorf("systemd is installed but not running here (PID 1 is %q, no /run/systemd/system), "+
+			"so the install would write a SysV init script (%s) instead of a systemd unit; "+
+			"run it on the booted system, or say which: --init systemd (the unit, for a system that boots with systemd, "+
+			"such as an image being built) or --init sysv", pid1, sysvScript))
+	}
+	return fmt.Sprintf("systemd is not running here (PID 1 is %q): a SysV init script", pid1), nil
+}
+
+// forcedSystem is a service manager chosen by --init: used whether or not
+// it runs here.
+type forcedSystem struct{ service.System }
+
+func (forcedSystem) Detect() bool { return true }
+
+// planInstall says what install writes with the chosen service manager.
+func planInstall(c *service.Config, data, user string) installPlan {
+	p := installPlan{Manager: service.Platform(), Command: serviceCommand(c.Arguments), Data: data, User: user}
+	switch service.Platform() {
+	case "linux-systemd":
+		p.Manager = "systemd"
+		p.Files = []string{systemdUnitPath, systemdWantsLink}
+		var lines []string
+		unit, _ := c.Option["SystemdScript"].(string)
+		for _, line := range strings.Split(unit, "\n") {
+			if strings.HasPrefix(line, "ExecStart=") {
+				line = "ExecStart=" + p.Command
+			}
+			lines = append(lines, line)
+		}
+		p.Unit = strings.Join(lines, "\n")
+	case "unix-systemv":
+		p.Manager = "SysV init"
+		p.Files = []string{sysvScript}
+	}
+	return p
+}
+
+// removeServiceLinksIfNew removes the SysV runlevel links when the script
+// was made by the failed install.
+func removeServiceLinksIfNew(made []string) error {
+	for _, f := range made {
+		if f == sysvScript {
+			return removeServiceLinks()
+		}
+	}
+	return nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -160,7 +161,7 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 		Log:          log,
 		ChildLog:     childLog,
 		OnAgentState: mi.PublishState,
-		Web:          ui.Wrap,
+		Web:          func(api http.Handler) http.Handler { return ui.Wrap(fleet.Web(fleetWebOptions(cfg, log), api)) },
 	})
 	if errors.Is(err, daemon.ErrRunning) {
 		return exitCode(exitLocked, err)
@@ -169,6 +170,17 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 		return upd.restart()
 	}
 	return err
+}
+
+// fleetWebOptions: the web UI's fleet view reads the hub the daemon is
+// configured with, with its credentials; without a hub it has none.
+func fleetWebOptions(cfg *config.Config, log zerolog.Logger) fleet.WebOptions {
+	m := cfg.MQTT
+	o := fleet.WebOptions{Prefix: m.TopicPrefix, Token: cfg.HTTP.Token, Log: log.With().Str("component", "fleet view").Logger()}
+	if !m.Disabled && m.Broker != "" {
+		o.Dial = mqtt.DialOptions{Broker: m.Broker, Username: m.Username, Password: m.Password, CAFile: m.CA, CertFile: m.Cert, KeyFile: m.Key}
+	}
+	return o
 }
 
 // daemonInfra hands the MQTT infrastructure to the daemon with its status.

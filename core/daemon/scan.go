@@ -23,7 +23,9 @@ func (d *Daemon) scanInterruptions(ctx context.Context) ([]control.Interruption,
 		url = "bbolt://"
 	}
 	safe := url
-	if u, err := neturl.Parse(url); err == nil {
+	if u, err := neturl.Parse(url); err == nil && u.User != nil {
+		// Only a password is hidden: Redacted would also turn "bbolt://"
+		// into "bbolt:".
 		safe = u.Redacted()
 	}
 	st, err := plugin.OpenStorage(ctx, url, plugin.Env{DataDir: d.data, Log: d.log})

@@ -70,7 +70,7 @@ function pretty(raw) {
 
 const TONE = {
   running: 'ok', done: 'ok', completed: 'ok', approved: 'ok', active: 'ok', verified: 'ok', online: 'ok',
-  crashloop: 'bad', failed: 'bad', rejected: 'bad', interrupted: 'bad', unknown_outcome: 'bad', error: 'bad',
+  offline: 'bad', crashloop: 'bad', failed: 'bad', rejected: 'bad', interrupted: 'bad', unknown_outcome: 'bad', error: 'bad',
   stopped: 'warn', starting: 'warn', pending: 'warn', blocked: 'warn', revision_requested: 'warn',
   queued: 'warn', in_progress: 'warn', WAITING_FOR_APPROVAL: 'warn', untried: 'warn', resumed: '',
 };
@@ -292,6 +292,105 @@ function changed(key, data) {
   if (S.last[key] === s) return false;
   S.last[key] = s;
   return true;
+}
+
+// ---------- fleet ----------
+
+// The devices on the hub, from their retained status and telemetry (GET
+// /fleet), and a task for the fleet (POST /fleet/tasks).
+PAGES.fleet = {
+  async render() {
+    const gen = S.gen;
+    let view = null;
+    let err = null;
+    try { view = await api('GET', '/fleet'); } catch (e) { if (e.status === 401) throw e; err = e; }
+    if (gen !== S.gen) return;
+    const input = el('textarea', { id: 'fleet-input', name: 'input', rows: '3', required: true,
+      placeholder: 'hello, fleet', 'aria-describedby': 'fleet-input-hint' });
+    const isJSON = el('input', { id: 'fleet-json', type: 'checkbox', name: 'json' });
+    const result = el('div', { id: 'fleet-result', role: 'status', 'aria-live': 'polite' });
+    const form = el('form', { class: 'card', id: 'fleet-form', 'aria-labelledby': 'fleet-task-h' },
+      el('h2', { id: 'fleet-task-h', text: 'Send a task to the fleet' }),
+      el('div', { class: 'field' }, el('label', { for: 'fleet-input', text: 'Input' }), input,
+        el('p', { class: 'hint', id: 'fleet-input-hint',
+          text: 'Published on the fleet topic: one device of the fleet takes it. Plain text is sent as a string; tick "JSON" for a JSON value.' })),
+      el('div', { class: 'check' }, isJSON, el('label', { for: 'fleet-json', text: 'JSON' })),
+      el('button', { type: 'submit', id: 'fleet-send', text: 'Publish' }),
+      result);
+    form.addEventListener('submit', (ev) => { ev.preventDefault(); sendFleetTask(input.value, isJSON.checked, result, form); });
+    fill(main(),
+      el('h1', { text: 'Fleet' }),
+      el('p', { class: 'muted' }, 'The devices on the hub, as their retained status and telemetry say. Read again every 4 seconds. ',
+        el('span', { id: 'fleet-updated' })),
+      el('div', { id: 'fleet-table' }),
+      err && err.code === 'no_hub' ? null : form);
+    if (err) { this.fail(err); return; }
+    this.draw(view);
+  },
+  async refresh() {
+    let view;
+    try { view = await api('GET', '/fleet'); } catch (e) { if (e.status === 401) throw e; this.fail(e); return; }
+    this.draw(view);
+  },
+  fail(e) {
+    const box = $('#fleet-table');
+    if (!box) return;
+    S.last.fleet = '';
+    fill(box, el('p', { class: e.code === 'no_hub' ? 'msg info' : 'msg bad', id: 'fleet-error',
+      text: e.code === 'no_hub' ? e.message : refusal('Reading the fleet', e) }));
+  },
+  draw(view) {
+    const box = $('#fleet-table');
+    if (!box) return;
+    $('#fleet-updated').textContent = 'Hub ' + (view.hub || '') + ', read ' + fmtTime(view.time) + '.';
+    const devices = arr(view, 'devices');
+    if (!changed('fleet', devices)) return;
+    if (!devices.length) { fill(box, el('p', { class: 'muted', text: 'No device has published its status on this hub yet.' })); return; }
+    fill(box, table('Devices on the hub',
+      ['Device', 'State', 'Version', 'Agents', 'Running tasks', 'Degraded', 'Last seen'], devices, (d) => {
+        const t = d.telemetry || {};
+        const agents = arr(t, 'agents');
+        const running = agents.filter((a) => a.state === 'running').length;
+        const tasks = agents.filter((a) => a.current_task);
+        const degraded = agents.filter((a) => a.degraded);
+        return [
+          el('td', { class: 'mono wrap' }, d.device),
+          el('td', {}, badge(d.state || 'unknown')),
+          t.version || '—',
+          el('td', { class: 'wrap' }, agents.length ? `${running}/${agents.length} running: ` + agents.map((a) => a.id).join(', ') : '—'),
+          el('td', { class: 'wrap' }, tasks.length ? tasks.map((a) => el('div', { class: 'current-task' },
+            el('code', { text: a.id }), ': task ', el('code', { text: a.current_task.task_id }),
+            ` · ${a.current_task.tool ? 'tool ' + a.current_task.tool : a.current_task.phase} · ${fmtDur(a.current_task.elapsed_ms)}`)) : '—'),
+          el('td', { class: 'wrap' }, degraded.length ? degraded.map((a) => el('div', { class: 'msg bad degraded' },
+            el('code', { text: a.id }), `: template ${a.template} ${a.template_version} from the cache: ${clip(a.degraded_reason, 200)}`)) : '—'),
+          t.time ? fmtTime(t.time) : '—',
+        ];
+      }));
+  },
+};
+
+async function sendFleetTask(text, isJSON, result, form) {
+  let input = text;
+  if (isJSON) {
+    try { input = JSON.parse(text); } catch (e) {
+      fill(result, el('p', { class: 'msg bad', role: 'alert', text: 'The input is not valid JSON: ' + e.message }));
+      $('#fleet-input').focus();
+      return;
+    }
+  }
+  const id = newTaskID();
+  const btn = $('#fleet-send', form);
+  btn.disabled = true;
+  try {
+    const r = await api('POST', '/fleet/tasks', { task_id: id, type: 'ui', input });
+    fill(result, el('p', { class: 'msg info', id: 'fleet-outcome' }, 'Task ', el('code', { text: r.task_id }),
+      ` published on ${r.topic}. The device that takes it answers on its agent's results topic.`));
+    announce(`Task ${id} published to the fleet`);
+  } catch (e) {
+    if (e.status !== 401) fill(result, el('p', { class: 'msg bad', role: 'alert', text: refusal('The task was not published', e) }));
+  } finally {
+    btn.disabled = false;
+  }
 }
 
 // ---------- agents ----------
