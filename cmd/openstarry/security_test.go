@@ -1,3 +1,5 @@
+//go:build unix
+
 package main
 
 // Tests of issue #28's protections that need the real daemon and its

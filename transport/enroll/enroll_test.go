@@ -223,6 +223,9 @@ func TestEnrolLeavesOtherClients(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if _, err := NewToken(state, "hub-admin", time.Hour, time.Now()); !errors.Is(err, ErrNotDevice) {
+		t.Fatalf("a token bound to hub-admin: %v", err)
+	}
 	_, key, _ := ed25519.GenerateKey(nil)
 	for _, tc := range []struct{ bound, asked string }{
 		{"", "dispatcher"}, {"dispatcher", ""}, {"", "hub-admin"}, {"", "admin"}, {"ops", ""},

@@ -134,6 +134,9 @@ func NewToken(state, device string, ttl time.Duration, now time.Time) (string, e
 		if err := agent.ValidateID(device); err != nil {
 			return "", fmt.Errorf("device id: %w", err)
 		}
+		if (&Hub{}).reserved(device) {
+			return "", fmt.Errorf("device id %q is reserved for the broker's administration: %w", device, ErrNotDevice)
+		}
 	}
 	b := make([]byte, 24)
 	if _, err := rand.Read(b); err != nil {
