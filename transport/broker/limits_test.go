@@ -526,3 +526,57 @@ func TestMaxRetainedExpiry(t *testing.T) {
 		t.Fatal("a retained message was refused for the bytes of one that had expired")
 	}
 }
+
+// flakyListener fails its first Accepts with an error that is not
+// net.ErrClosed (as EMFILE would), then accepts.
+type flakyListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, errors.New("accept: too many open files")
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptErrorRetried: an Accept error other than a closed listener is
+// logged and retried (mochi's accept loop would stop for good on it).
+func TestAcceptErrorRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb logbuf.Buffer
+	l := &boundListener{Listener: &flakyListener{Listener: ln, fails: 3}, maxConns: 8, timeout: time.Minute, log: zerolog.New(&lb)}
+	got := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Close()
+		}
+		got <- err
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Accept did not return after its errors")
+	}
+	if n := len(lb.Lines("warn", "accept failed; retrying")); n != 3 {
+		t.Errorf("%d log lines of a failed accept, want 3", n)
+	}
+	ln.Close()
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept on a closed listener: %v, want net.ErrClosed", err)
+	}
+}
