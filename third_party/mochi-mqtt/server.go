@@ -476,6 +476,11 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	err = cl.Read(s.receivePacket)
 	if err != nil {
+		// OPENSTARRY: an MQTT 5 client whose packet is refused for its
+		// size is told so, DISCONNECT 0x95 [MQTT-3.2.2-15] [MQTT-4.13.1].
+		if cl.Properties.ProtocolVersion == 5 && errors.Is(err, packets.ErrPacketTooLarge) {
+			_ = s.DisconnectClient(cl, packets.ErrPacketTooLarge)
+		}
 		s.sendLWT(cl)
 		cl.Stop(err)
 	} else {

@@ -49,6 +49,19 @@
 //     not expire, a disconnected persistent session keeps up to 65,535
 //     in-flight messages (mochi's ceiling; beyond it mochi logs "client store
 //     quota reached" and drops), and session expiry is unlimited.
+//   - Bounds (limits.go): a packet larger than Config.MaxPacketBytes (1 MiB)
+//     is refused once its length is read, before its body, and its client
+//     disconnected; a CONNECT larger than MaxConnectBytes (64 KiB) likewise,
+//     before anyone is authenticated; a connection that sends no CONNECT
+//     within Config.ConnectTimeout (10s) is closed; beyond
+//     Config.MaxConnections (256) open connections a new one is closed at
+//     once, an eighth of them kept for loopback clients; the retained
+//     messages hold at most Config.MaxRetainedBytes (64 MiB), a retained
+//     publish beyond it dropped (PUBACK 0x97 to an MQTT 5 QoS 1
+//     publisher). Each refusal is logged at warn level. An accept error
+//     other than a closed listener is retried (mochi stopped accepting).
+//   - MQTT 5: a QoS 1 PUBLISH is answered PUBACK 0x00 without the
+//     publish's properties (mochi v2.7.9 sent 0x01 and echoed them).
 //   - Logging: mochi's log/slog output goes to the zerolog logger of
 //     Config.Log through SlogHandler, tagged component=broker.
 package broker

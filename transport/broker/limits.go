@@ -59,11 +59,22 @@ type boundListener struct {
 }
 
 func (l *boundListener) Accept() (net.Conn, error) {
+	var pause time.Duration
 	for {
 		c, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			// mochi's accept loop ends at the first error, which would
+			// leave the broker deaf for good after, say, EMFILE (too many
+			// open files): wait and accept again, as net/http does.
+			pause = min(max(2*pause, 5*time.Millisecond), time.Second)
+			l.log.Warn().Err(err).Msgf("embedded broker: accept failed; retrying in %s", pause)
+			time.Sleep(pause)
+			continue
 		}
+		pause = 0
 		if limit := l.limit(c.RemoteAddr()); l.open.Add(1) > limit {
 			l.open.Add(-1)
 			_ = c.Close()

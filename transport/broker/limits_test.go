@@ -526,3 +526,125 @@ func TestMaxRetainedExpiry(t *testing.T) {
 		t.Fatal("a retained message was refused for the bytes of one that had expired")
 	}
 }
+
+// flakyListener fails its first Accepts with an error that is not
+// net.ErrClosed (as EMFILE would), then accepts.
+type flakyListener struct {
+	net.Listener
+	fails int
+}
+
+func (l *flakyListener) Accept() (net.Conn, error) {
+	if l.fails > 0 {
+		l.fails--
+		return nil, errors.New("accept: too many open files")
+	}
+	return l.Listener.Accept()
+}
+
+// TestAcceptErrorRetried: an Accept error other than a closed listener is
+// logged and retried (mochi's accept loop would stop for good on it).
+func TestAcceptErrorRetried(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lb logbuf.Buffer
+	l := &boundListener{Listener: &flakyListener{Listener: ln, fails: 3}, maxConns: 8, timeout: time.Minute, log: zerolog.New(&lb)}
+	got := make(chan error, 1)
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Close()
+		}
+		got <- err
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("Accept: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Accept did not return after its errors")
+	}
+	if n := len(lb.Lines("warn", "accept failed; retrying")); n != 3 {
+		t.Errorf("%d log lines of a failed accept, want 3", n)
+	}
+	ln.Close()
+	if _, err := l.Accept(); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("Accept on a closed listener: %v, want net.ErrClosed", err)
+	}
+}
+
+// readPacket reads one MQTT packet: its fixed header and body.
+func readPacket(t *testing.T, r *bufio.Reader) (packets.FixedHeader, []byte) {
+	t.Helper()
+	var fh packets.FixedHeader
+	first, err := r.ReadByte()
+	if err != nil {
+		t.Fatalf("reading a packet: %v", err)
+	}
+	if err := fh.Decode(first); err != nil {
+		t.Fatal(err)
+	}
+	n, _, err := packets.DecodeLength(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fh.Remaining = n
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		t.Fatal(err)
+	}
+	return fh, body
+}
+
+// TestMaxPacketMQTT5: an MQTT 5 client learns the maximum from the CONNACK
+// and, sending a larger packet anyway, gets DISCONNECT 0x95 (packet too
+// large) before the connection closes.
+func TestMaxPacketMQTT5(t *testing.T) {
+	b, _ := startLogged(t, Config{MaxPacketBytes: 64 << 10})
+	c, err := net.Dial("tcp", b.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	var buf bytes.Buffer
+	conn := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}, ProtocolVersion: 5,
+		Connect: packets.ConnectParams{ProtocolName: []byte("MQTT"), Clean: true, ClientIdentifier: "v5-big", Keepalive: 60}}
+	if err := conn.ConnectEncode(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Write(buf.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	fh, body := readPacket(t, r)
+	ack := packets.Packet{FixedHeader: fh, ProtocolVersion: 5}
+	if err := ack.ConnackDecode(body); err != nil || fh.Type != packets.Connack || ack.ReasonCode != 0 {
+		t.Fatalf("CONNACK: type %d, reason 0x%02x, %v", fh.Type, ack.ReasonCode, err)
+	}
+	if ack.Properties.MaximumPacketSize != 64<<10 {
+		t.Errorf("CONNACK's Maximum Packet Size %d, want %d", ack.Properties.MaximumPacketSize, 64<<10)
+	}
+	// A PUBLISH claiming 2 MiB: its header alone is sent.
+	topic := "big/v5"
+	header := append(append([]byte{0x30}, mqttLength(2+len(topic)+1+2<<20)...), 0, byte(len(topic)))
+	if _, err := c.Write(append(header, topic...)); err != nil {
+		t.Fatal(err)
+	}
+	fh, body = readPacket(t, r)
+	dis := packets.Packet{FixedHeader: fh, ProtocolVersion: 5}
+	if err := dis.DisconnectDecode(body); err != nil || fh.Type != packets.Disconnect || dis.ReasonCode != packets.ErrPacketTooLarge.Code {
+		t.Fatalf("after a packet too large: type %d, reason 0x%02x, %v; want DISCONNECT 0x95", fh.Type, dis.ReasonCode, err)
+	}
+	if _, err := r.ReadByte(); err == nil {
+		t.Error("the connection is still open after the DISCONNECT")
+	}
+}
