@@ -65,6 +65,9 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		first int
 	)
 	srv := llmtest.NewFunc(t, func(req llmtest.Request) llmtest.Answer {
+		if isSummary(req) {
+			return llmtest.Answer{Body: `{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"the payment waits for the operator"}}]}`}
+		}
 		if req.Body.ToolResults() == 0 {
 			mu.Lock()
 			first++
@@ -87,6 +90,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	apiInto(t, "POST", base+"/projects", map[string]any{"name": "pay", "tasks": []any{
 		map[string]any{"phase": 1, "type": "pay", "name": "pay once", "input": "append paid to ledger.txt"}}}, 201, &v)
 	taskID := v.Tasks[0].ID
+	var agentTask string // the id the master runs it under
 
 	// Kill the master while file_append is inside its pending action.
 	wait.For(t, 20*time.Second, "file_append running (pending_action saved)", func() bool {
@@ -125,14 +129,15 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	if st := taskStatus(project(t, base, v.ID), taskID); st.State != session.WaitingForApproval {
 		t.Fatalf("plan task while waiting: %+v", st)
 	}
-	if code, st, err := getTask(base, "master", taskID); err != nil || code != 200 || st.Status != "running" {
+	agentTask = taskStatus(project(t, base, v.ID), taskID).AgentTaskID
+	if code, st, err := getTask(base, "master", agentTask); err != nil || code != 200 || st.Status != "running" {
 		t.Fatalf("the master's task while waiting: %d %+v %v", code, st, err)
 	}
 	out, code := runCLI(t, "approval", decision, fmt.Sprint(ap.ID), "--feedback", "checked the ledger: nothing was written", "--by", "ops", "--data", data)
 	if code != 0 {
 		t.Fatalf("approval %s: %d %s", decision, code, out)
 	}
-	st := waitTask(t, base, "master", taskID)
+	st := waitTask(t, base, "master", agentTask)
 	mu.Lock()
 	asked := first
 	mu.Unlock()
@@ -145,7 +150,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		if st.Status != "failed" || !strings.Contains(st.Error, "rejected") || !strings.Contains(st.Error, "checked the ledger") {
 			t.Fatalf("rejected: %+v", st)
 		}
-		if n := len(srv.Requests()); n != 1 {
+		if n := len(taskRequests(srv)); n != 1 {
 			t.Fatalf("the model was asked %d times after a rejection, want 1", n)
 		}
 		return
@@ -153,7 +158,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	if st.Status != "done" || string(st.Output) != `"checked with the operator; done"` {
 		t.Fatalf("approved: %+v\n%s", st, c.logs())
 	}
-	reqs := srv.Requests()
+	reqs := taskRequests(srv)
 	if len(reqs) != 2 {
 		t.Fatalf("the model was asked %d times, want 2", len(reqs))
 	}
@@ -187,7 +192,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		p := project(t, base, v.ID)
 		return p.Status == session.SessionCompleted && taskStatus(p, taskID).Status == session.TaskCompleted
 	})
-	if n := len(srv.Requests()); n != 2 {
+	if n := len(taskRequests(srv)); n != 2 {
 		t.Fatalf("after the resume the model was asked %d times, want 2", n)
 	}
 }
@@ -238,7 +243,7 @@ func TestResumeContextReachesModel(t *testing.T) {
 	}}, 201, &v)
 	two := v.Tasks[1].ID
 	wait.For(t, 20*time.Second, "the master inside task two's sleep", func() bool {
-		code, st, err := getTask(base, "master", two)
+		code, st, err := getTask(base, "master", taskStatus(project(t, base, v.ID), two).AgentTaskID)
 		mu.Lock()
 		asked := started["task two"]
 		mu.Unlock()
@@ -291,4 +296,27 @@ func TestResumeContextReachesModel(t *testing.T) {
 	if at < 0 || at > task || len(resume) > 9<<10 {
 		t.Fatalf("resume context at message %d of %d, %d bytes", at, task+1, len(resume))
 	}
+}
+
+// isSummary reports whether a model request is session continuity's
+// session_summary task (its system message asks for the summary).
+func isSummary(req llmtest.Request) bool {
+	for _, m := range req.Body.Messages {
+		if m.Role == "system" && m.Content != nil && strings.Contains(*m.Content, "context summary") {
+			return true
+		}
+	}
+	return false
+}
+
+// taskRequests are the model's requests for plan tasks: all but the
+// summaries.
+func taskRequests(srv *llmtest.Server) []llmtest.Request {
+	var out []llmtest.Request
+	for _, r := range srv.Requests() {
+		if !isSummary(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
