@@ -199,10 +199,11 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 
 // TestResumeContextReachesModel: a model-driven master records a failed
 // approach, then is SIGKILLed inside a task; the session is interrupted and
-// resumed, and the next task the resumed session hands the master reaches
-// the model with the session's resume context (the parent session, why it
-// stopped, the failed approach, the task in progress) in a system message
-// before the task's input.
+// resumed, and the next task the resumed session hands the master, and the
+// one after it, which the plan assigns to a worker, reach the model with
+// the session's resume context (the parent session, why it stopped, the
+// failed approach, the task in progress) in a system message before the
+// task's input.
 func TestResumeContextReachesModel(t *testing.T) {
 	data := dataDir(t)
 	var (
@@ -233,13 +234,32 @@ func TestResumeContextReachesModel(t *testing.T) {
 		}
 		return answer(strings.ReplaceAll(input, " ", "_") + "_done")
 	})
-	c := startDaemon(t, modelMaster(t, data, srv))
+	cfg := modelMaster(t, data, srv)
+	// A worker on the same model, to which the plan assigns its last task:
+	// the resume context reaches it too (issue 29, item 9).
+	tmplDir := filepath.Join(data, "templates")
+	var mt map[string]any
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(tmplDir, "modelmaster.json")), &mt); err != nil {
+		t.Fatal(err)
+	}
+	mt["workers"] = []string{"worker"}
+	mt["tools"] = append(mt["tools"].([]any), "agent_manager")
+	wt := map[string]any{"name": "worker", "version": "1.0.0", "role": "worker", "brain": mt["brain"],
+		"system_prompt": "You are a worker.", "tools": []string{"sleep_ms"}, "context_budget": map[string]any{"max_messages": 20}}
+	for name, tmpl := range map[string]any{"modelmaster": mt, "worker": wt} {
+		raw, _ := json.Marshal(tmpl)
+		if err := os.WriteFile(filepath.Join(tmplDir, name+".json"), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startDaemon(t, cfg)
 	base := daemonStatus(t, data).HTTP
 	var v session.ProjectView
 	apiInto(t, "POST", base+"/projects", map[string]any{"name": "game", "tasks": []any{
 		map[string]any{"phase": 1, "type": "one", "input": "task one"},
 		map[string]any{"phase": 1, "type": "two", "input": "task two", "depends_on": []any{0}},
 		map[string]any{"phase": 1, "type": "three", "input": "task three", "depends_on": []any{1}},
+		map[string]any{"phase": 1, "type": "four", "input": "task four", "depends_on": []any{2}, "assigned_to": "w1"},
 	}}, 201, &v)
 	two := v.Tasks[1].ID
 	wait.For(t, 20*time.Second, "the master inside task two's sleep", func() bool {
@@ -271,15 +291,24 @@ func TestResumeContextReachesModel(t *testing.T) {
 		return p.SessionID == res.Session.ID && p.Status == session.SessionCompleted
 	})
 
+	for _, input := range []string{"task three", "task four"} {
+		checkResumeContext(t, srv, input, v.SessionID, two, c.logs)
+	}
+}
+
+// checkResumeContext checks that the model's request for the task of
+// input carried the resume context of the session that resumed parent.
+func checkResumeContext(t *testing.T, srv *llmtest.Server, input, parent, two string, logs func() string) {
+	t.Helper()
 	var three *llmtest.Request
 	for _, r := range srv.Requests() {
-		if n := len(r.Body.Messages); n > 0 && r.Body.Messages[n-1].Content != nil && *r.Body.Messages[n-1].Content == "task three" {
+		if n := len(r.Body.Messages); n > 0 && r.Body.Messages[n-1].Content != nil && *r.Body.Messages[n-1].Content == input {
 			r := r
 			three = &r
 		}
 	}
 	if three == nil {
-		t.Fatalf("task three never reached the model\n%s", c.logs())
+		t.Fatalf("%s never reached the model\n%s", input, logs())
 	}
 	var resume string
 	at, task := -1, len(three.Body.Messages)-1
@@ -288,9 +317,9 @@ func TestResumeContextReachesModel(t *testing.T) {
 			resume, at = *msg.Content, i
 		}
 	}
-	for _, want := range []string{`"parent_session_id":"` + v.SessionID + `"`, `"interruption_reason":"crash"`, "velocity only", "double jump", two} {
+	for _, want := range []string{`"parent_session_id":"` + parent + `"`, `"interruption_reason":"crash"`, "velocity only", "double jump", two} {
 		if !strings.Contains(resume, want) {
-			t.Fatalf("the resume context the model received lacks %s:\n%s", want, three.Raw)
+			t.Fatalf("the resume context the model received for %s lacks %s:\n%s", input, want, three.Raw)
 		}
 	}
 	if at < 0 || at > task || len(resume) > 9<<10 {
