@@ -65,6 +65,9 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		first int
 	)
 	srv := llmtest.NewFunc(t, func(req llmtest.Request) llmtest.Answer {
+		if isSummary(req) {
+			return llmtest.Answer{Body: `{"choices":[{"index":0,"finish_reason":"stop","message":{"role":"assistant","content":"the payment waits for the operator"}}]}`}
+		}
 		if req.Body.ToolResults() == 0 {
 			mu.Lock()
 			first++
@@ -87,6 +90,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	apiInto(t, "POST", base+"/projects", map[string]any{"name": "pay", "tasks": []any{
 		map[string]any{"phase": 1, "type": "pay", "name": "pay once", "input": "append paid to ledger.txt"}}}, 201, &v)
 	taskID := v.Tasks[0].ID
+	var agentTask string // the id the master runs it under
 
 	// Kill the master while file_append is inside its pending action.
 	wait.For(t, 20*time.Second, "file_append running (pending_action saved)", func() bool {
@@ -125,14 +129,15 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	if st := taskStatus(project(t, base, v.ID), taskID); st.State != session.WaitingForApproval {
 		t.Fatalf("plan task while waiting: %+v", st)
 	}
-	if code, st, err := getTask(base, "master", taskID); err != nil || code != 200 || st.Status != "running" {
+	agentTask = taskStatus(project(t, base, v.ID), taskID).AgentTaskID
+	if code, st, err := getTask(base, "master", agentTask); err != nil || code != 200 || st.Status != "running" {
 		t.Fatalf("the master's task while waiting: %d %+v %v", code, st, err)
 	}
 	out, code := runCLI(t, "approval", decision, fmt.Sprint(ap.ID), "--feedback", "checked the ledger: nothing was written", "--by", "ops", "--data", data)
 	if code != 0 {
 		t.Fatalf("approval %s: %d %s", decision, code, out)
 	}
-	st := waitTask(t, base, "master", taskID)
+	st := waitTask(t, base, "master", agentTask)
 	mu.Lock()
 	asked := first
 	mu.Unlock()
@@ -145,7 +150,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		if st.Status != "failed" || !strings.Contains(st.Error, "rejected") || !strings.Contains(st.Error, "checked the ledger") {
 			t.Fatalf("rejected: %+v", st)
 		}
-		if n := len(srv.Requests()); n != 1 {
+		if n := len(taskRequests(srv)); n != 1 {
 			t.Fatalf("the model was asked %d times after a rejection, want 1", n)
 		}
 		return
@@ -153,7 +158,7 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 	if st.Status != "done" || string(st.Output) != `"checked with the operator; done"` {
 		t.Fatalf("approved: %+v\n%s", st, c.logs())
 	}
-	reqs := srv.Requests()
+	reqs := taskRequests(srv)
 	if len(reqs) != 2 {
 		t.Fatalf("the model was asked %d times, want 2", len(reqs))
 	}
@@ -187,17 +192,18 @@ func testUnknownOutcomeApproval(t *testing.T, decision string) {
 		p := project(t, base, v.ID)
 		return p.Status == session.SessionCompleted && taskStatus(p, taskID).Status == session.TaskCompleted
 	})
-	if n := len(srv.Requests()); n != 2 {
+	if n := len(taskRequests(srv)); n != 2 {
 		t.Fatalf("after the resume the model was asked %d times, want 2", n)
 	}
 }
 
 // TestResumeContextReachesModel: a model-driven master records a failed
 // approach, then is SIGKILLed inside a task; the session is interrupted and
-// resumed, and the next task the resumed session hands the master reaches
-// the model with the session's resume context (the parent session, why it
-// stopped, the failed approach, the task in progress) in a system message
-// before the task's input.
+// resumed, and the next task the resumed session hands the master, and the
+// one after it, which the plan assigns to a worker, reach the model with
+// the session's resume context (the parent session, why it stopped, the
+// failed approach, the task in progress) in a system message before the
+// task's input.
 func TestResumeContextReachesModel(t *testing.T) {
 	data := dataDir(t)
 	var (
@@ -228,17 +234,36 @@ func TestResumeContextReachesModel(t *testing.T) {
 		}
 		return answer(strings.ReplaceAll(input, " ", "_") + "_done")
 	})
-	c := startDaemon(t, modelMaster(t, data, srv))
+	cfg := modelMaster(t, data, srv)
+	// A worker on the same model, to which the plan assigns its last task:
+	// the resume context reaches it too (issue 29, item 9).
+	tmplDir := filepath.Join(data, "templates")
+	var mt map[string]any
+	if err := json.Unmarshal(mustReadFile(t, filepath.Join(tmplDir, "modelmaster.json")), &mt); err != nil {
+		t.Fatal(err)
+	}
+	mt["workers"] = []string{"worker"}
+	mt["tools"] = append(mt["tools"].([]any), "agent_manager")
+	wt := map[string]any{"name": "worker", "version": "1.0.0", "role": "worker", "brain": mt["brain"],
+		"system_prompt": "You are a worker.", "tools": []string{"sleep_ms"}, "context_budget": map[string]any{"max_messages": 20}}
+	for name, tmpl := range map[string]any{"modelmaster": mt, "worker": wt} {
+		raw, _ := json.Marshal(tmpl)
+		if err := os.WriteFile(filepath.Join(tmplDir, name+".json"), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := startDaemon(t, cfg)
 	base := daemonStatus(t, data).HTTP
 	var v session.ProjectView
 	apiInto(t, "POST", base+"/projects", map[string]any{"name": "game", "tasks": []any{
 		map[string]any{"phase": 1, "type": "one", "input": "task one"},
 		map[string]any{"phase": 1, "type": "two", "input": "task two", "depends_on": []any{0}},
 		map[string]any{"phase": 1, "type": "three", "input": "task three", "depends_on": []any{1}},
+		map[string]any{"phase": 1, "type": "four", "input": "task four", "depends_on": []any{2}, "assigned_to": "w1"},
 	}}, 201, &v)
 	two := v.Tasks[1].ID
 	wait.For(t, 20*time.Second, "the master inside task two's sleep", func() bool {
-		code, st, err := getTask(base, "master", two)
+		code, st, err := getTask(base, "master", taskStatus(project(t, base, v.ID), two).AgentTaskID)
 		mu.Lock()
 		asked := started["task two"]
 		mu.Unlock()
@@ -266,15 +291,24 @@ func TestResumeContextReachesModel(t *testing.T) {
 		return p.SessionID == res.Session.ID && p.Status == session.SessionCompleted
 	})
 
+	for _, input := range []string{"task three", "task four"} {
+		checkResumeContext(t, srv, input, v.SessionID, two, c.logs)
+	}
+}
+
+// checkResumeContext checks that the model's request for the task of
+// input carried the resume context of the session that resumed parent.
+func checkResumeContext(t *testing.T, srv *llmtest.Server, input, parent, two string, logs func() string) {
+	t.Helper()
 	var three *llmtest.Request
 	for _, r := range srv.Requests() {
-		if n := len(r.Body.Messages); n > 0 && r.Body.Messages[n-1].Content != nil && *r.Body.Messages[n-1].Content == "task three" {
+		if n := len(r.Body.Messages); n > 0 && r.Body.Messages[n-1].Content != nil && *r.Body.Messages[n-1].Content == input {
 			r := r
 			three = &r
 		}
 	}
 	if three == nil {
-		t.Fatalf("task three never reached the model\n%s", c.logs())
+		t.Fatalf("%s never reached the model\n%s", input, logs())
 	}
 	var resume string
 	at, task := -1, len(three.Body.Messages)-1
@@ -283,12 +317,35 @@ func TestResumeContextReachesModel(t *testing.T) {
 			resume, at = *msg.Content, i
 		}
 	}
-	for _, want := range []string{`"parent_session_id":"` + v.SessionID + `"`, `"interruption_reason":"crash"`, "velocity only", "double jump", two} {
+	for _, want := range []string{`"parent_session_id":"` + parent + `"`, `"interruption_reason":"crash"`, "velocity only", "double jump", two} {
 		if !strings.Contains(resume, want) {
-			t.Fatalf("the resume context the model received lacks %s:\n%s", want, three.Raw)
+			t.Fatalf("the resume context the model received for %s lacks %s:\n%s", input, want, three.Raw)
 		}
 	}
 	if at < 0 || at > task || len(resume) > 9<<10 {
 		t.Fatalf("resume context at message %d of %d, %d bytes", at, task+1, len(resume))
 	}
+}
+
+// isSummary reports whether a model request is session continuity's
+// session_summary task (its system message asks for the summary).
+func isSummary(req llmtest.Request) bool {
+	for _, m := range req.Body.Messages {
+		if m.Role == "system" && m.Content != nil && strings.Contains(*m.Content, "context summary") {
+			return true
+		}
+	}
+	return false
+}
+
+// taskRequests are the model's requests for plan tasks: all but the
+// summaries.
+func taskRequests(srv *llmtest.Server) []llmtest.Request {
+	var out []llmtest.Request
+	for _, r := range srv.Requests() {
+		if !isSummary(r) {
+			out = append(out, r)
+		}
+	}
+	return out
 }

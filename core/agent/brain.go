@@ -49,10 +49,11 @@ type Turn struct {
 	// (working_variables.history_summary), empty when none did.
 	Memory string
 	// Resume is session continuity's resume context, when the task belongs
-	// to a session that resumed an interrupted one and this agent was
-	// handed its context: what was done, what failed, the approaches
-	// verified and failed, the task in progress when it stopped. It is
-	// text for a model, at most about 8 KiB; empty otherwise.
+	// to a session that resumed an interrupted one (the task carries it):
+	// what was done, what failed, the approaches verified and failed, the
+	// task in progress when it stopped. It is text for a model, at most
+	// 8 KiB, its JSON cut so that it stays valid; for a session_summary
+	// task, the instruction to write the summary; empty otherwise.
 	Resume  string
 	Task    Task
 	Step    int          // 0 for the first call of this task

@@ -132,8 +132,14 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 			return out
 		}
 	}
+	// Session continuity's request for a summary runs no tool: the model
+	// is offered none, and a reply that calls one is no summary.
+	summary := task.Type == TaskTypeSessionSummary && IsPlanTaskID(task.TaskID)
 	turn := Turn{AgentID: r.cfg.AgentID, SystemPrompt: r.cfg.SystemPrompt, History: in.history,
 		Memory: in.memory, Resume: in.resume, Task: task, Tools: r.toolSpecs()}
+	if summary {
+		turn.Tools = nil
+	}
 	for step := len(log.Steps); step < r.cfg.MaxSteps; step++ {
 		turn.Step = step
 		turn.Results = results
@@ -149,6 +155,9 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 			return fail("brain: " + err.Error())
 		}
 		log.Usage = log.Usage.Add(reply.Usage)
+		if summary && len(reply.Calls) > 0 {
+			return fail("a session_summary task runs no tools; the brain called " + reply.Calls[0].Tool)
+		}
 		if len(reply.Calls) == 0 {
 			out.result.Status = ResultDone
 			out.result.Output = reply.Output

@@ -380,3 +380,51 @@ func TestUnknownOutcomeApprovalRefused(t *testing.T) {
 		t.Fatalf("the next task: %+v", st)
 	}
 }
+
+// TestSessionSummaryRunsNoTools: session continuity's summary request
+// offers the model no tools and, in the plan namespace, gets the summary
+// instruction; a reply that calls a tool fails the task (nothing runs).
+func TestSessionSummaryRunsNoTools(t *testing.T) {
+	e := newEnv(t)
+	var mu sync.Mutex
+	var turns []agent.Turn
+	e.cfg.Brain = brainFunc(func(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+		mu.Lock()
+		turns = append(turns, turn)
+		mu.Unlock()
+		if strings.Contains(string(turn.Task.Input), "tools please") {
+			return agent.Reply{Calls: []agent.Call{{ID: "c", Tool: "file_append", Args: json.RawMessage(`{"file":"x.txt","line":"no"}`)}}}, nil
+		}
+		return agent.Reply{Output: json.RawMessage(`"a summary"`)}, nil
+	})
+	rt := e.start()
+	id := func(n string) string {
+		return "plan:proj_20240115_a1b2c3:sess_20240115143000_x1y2z3:summary:" + n
+	}
+	for _, tc := range []struct{ id, input string }{{id("1"), `"1 of 2 tasks completed"`}, {id("2"), `"tools please"`}} {
+		ev, err := agent.TaskEvent(&agent.Task{TaskID: tc.id, Type: agent.TaskTypeSessionSummary, Input: json.RawMessage(tc.input),
+			ProjectID: "proj_20240115_a1b2c3", SessionID: "sess_20240115143000_x1y2z3"}, "test", time.Now().UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res := rt.Submit(context.Background(), ev); res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	if st := waitTask(t, rt, id("1")); st.Status != agent.ResultDone || string(st.Output) != `"a summary"` {
+		t.Fatalf("summary: %+v", st)
+	}
+	if st := waitTask(t, rt, id("2")); st.Status != agent.ResultFailed || !strings.Contains(st.Error, "runs no tools") {
+		t.Fatalf("a summary calling a tool: %+v", st)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, turn := range turns {
+		if len(turn.Tools) != 0 || !strings.Contains(turn.Resume, "context summary") {
+			t.Fatalf("turn of %s: %d tools, resume %q", turn.Task.TaskID, len(turn.Tools), turn.Resume)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(e.cfg.ArtifactsDir, "x.txt")); err == nil {
+		t.Fatal("the summary's tool ran")
+	}
+}

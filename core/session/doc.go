@@ -8,12 +8,16 @@
 // A missing sessions.db is rebuilt from the JSON files; a damaged JSON file
 // is rewritten from the database. Both are logged with what was rebuilt.
 //
-// The invariant that keeps the plan and the agents from disagreeing: a plan
-// task is handed to an agent under a task id derived only from the plan
-// task's id and its attempt number. An agent drops a task id it has already
-// seen and answers with that task's state, so a task re-sent by a resume,
-// by a restarted dispatcher, or after a crash runs at most once per attempt,
-// whether or not it was still in the agent's queue.
+// The invariant that keeps the plan and the agents from disagreeing: an
+// attempt of a plan task is handed to its agent under an id unique per
+// project, session and attempt (plan:{project}:{session}:{task}:{attempt},
+// AgentTaskID), kept with the task while the attempt lasts. An agent drops
+// a task id it has already seen and answers with that task's state, so a
+// task re-sent by a restarted dispatcher, a resumed session or after a
+// crash runs at most once per attempt, and an answer never stands for
+// another project's task or another attempt. The agents keep the plan:
+// namespace for the daemon's dispatcher (agent.PlanTaskPrefix): nobody
+// else can take a plan task's id.
 //
 // Table names follow the specification (projects, sessions, tasks,
 // human_approvals, approaches). In Go the rows of the tasks table are

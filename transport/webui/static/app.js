@@ -681,7 +681,7 @@ function sessionsView(sessions) {
         el('dt', { text: 'Ended' }), el('dd', { text: fmtTime(s.ended_at) }),
         el('dt', { text: 'Interruption' }), el('dd', { text: s.interruption_reason ? s.interruption_reason.replace(/_/g, ' ') : '—' }),
         el('dt', { text: 'Phase' }), el('dd', { text: s.current_phase ? String(s.current_phase) : '—' }),
-        el('dt', { text: 'Current task' }), el('dd', { class: 'mono', text: [s.current_task_id, s.current_agent_role, s.current_agent_type].filter(Boolean).join(' · ') || '—' }),
+        el('dt', { text: 'Current task' }), el('dd', { class: 'mono', text: [s.current_task_id, s.current_agent_role, s.current_agent_type, s.current_agent_id].filter(Boolean).join(' · ') || '—' }),
         el('dt', { text: 'Context summary' }), el('dd', { text: s.context_summary || '—' })),
       depth ? el('p', { class: 'visually-hidden', text: `Child session, generation ${depth + 1}.` }) : null))));
 }
