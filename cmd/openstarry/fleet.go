@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
@@ -22,15 +23,18 @@ import (
 )
 
 type fleetFlags struct {
-	mqtt     mqttFlags
-	key      string
-	agent    string
-	lines    int
-	url      string
-	rollback bool
-	timeout  time.Duration
-	wait     time.Duration
-	json     bool
+	mqtt        mqttFlags
+	stages      string
+	devices     []string
+	rollbackURL string
+	key         string
+	agent       string
+	lines       int
+	url         string
+	rollback    bool
+	timeout     time.Duration
+	wait        time.Duration
+	json        bool
 }
 
 func (f *fleetFlags) dial() mqtt.DialOptions {
@@ -85,6 +89,36 @@ otherwise.`,
 	fl.DurationVar(&sf.timeout, "timeout", 10*time.Second, "connection timeout")
 	fl.BoolVar(&sf.json, "json", false, "print JSON")
 	fleetCmd.AddCommand(status)
+
+	var uf fleetFlags
+	upd := &cobra.Command{
+		Use:   "update --url URL --key FILE [--stages 1,10%,100%] [--devices A,B,…] [--rollback-url URL]",
+		Short: "Roll a signed update out to the fleet in stages, halting when a device fails it",
+		Long: `Send the signed update command (as fleet command … update does for one device)
+to the fleet's devices in waves: by default a canary device, then up to a tenth
+of the fleet, then the rest (--stages: each is how many devices, a count or a
+percentage, are updated once its wave is done). The devices are --devices, or
+every device fleet status lists online, in the order of their ids. A wave's
+devices are updated at once; each runs the new version on trial and commits it
+when its master runs and /healthz answers, or puts the previous one back.
+
+When a device of a wave does not commit (it rolled back, aborted, or no outcome
+came within --timeout), no later wave starts, and the devices of that wave that
+committed are updated back with --rollback-url (the previous release, signed
+the same way); without it they are named. Exit status 0 when every device
+committed, 1 otherwise.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return fleetStagedUpdate(cmd, uf) },
+	}
+	fl = upd.Flags()
+	uf.mqtt.bindClient(fl, "hub broker URL: tcp://, mqtt://, ssl://, mqtts:// HOST[:PORT]; default tcp://"+broker.DefaultListen)
+	fl.StringVar(&uf.key, "key", envOr("OPENSTARRY_FLEET_KEY", ""), "the fleet's private key file (env OPENSTARRY_FLEET_KEY)")
+	fl.StringVar(&uf.url, "url", "", "the new binary's http(s):// URL (SHA256SUMS and SHA256SUMS.sig beside it)")
+	fl.StringVar(&uf.rollbackURL, "rollback-url", "", "the previous release's binary: a failed wave's committed devices are updated back to it")
+	fl.StringVar(&uf.stages, "stages", fleet.DefaultStages, "the waves: devices updated once each is done, a count or a percentage")
+	fl.StringSliceVar(&uf.devices, "devices", nil, "the devices, in order (default: every device online)")
+	fl.DurationVar(&uf.timeout, "timeout", 10*time.Minute, fmt.Sprintf("how long each device has to report its outcome (at most %s)", fleet.MaxLifetime))
+	fleetCmd.AddCommand(upd)
 	rootCmd.AddCommand(fleetCmd)
 }
 
@@ -126,6 +160,60 @@ func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
 	if !rep.OK {
 		return exitCode(exitFailure, fmt.Errorf("%s on %s: %s", name, f.mqtt.device, rep.Error))
+	}
+	return nil
+}
+
+// fleetStagedUpdate rolls an update out in waves (fleet.StagedUpdate).
+func fleetStagedUpdate(cmd *cobra.Command, f fleetFlags) error {
+	if f.url == "" {
+		return errors.New("--url is required: the new binary's URL (SHA256SUMS and SHA256SUMS.sig beside it)")
+	}
+	if f.key == "" {
+		return errors.New("--key is required: the fleet's private key file")
+	}
+	stages, err := fleet.ParseStages(f.stages)
+	if err != nil {
+		return err
+	}
+	priv, err := design.ReadPrivateKeyFile(f.key)
+	if err != nil {
+		return err
+	}
+	prefix := orDefault(f.mqtt.prefix, mqtt.DefaultTopicPrefix)
+	devices := f.devices
+	if len(devices) == 0 {
+		sd := f.dial()
+		sd.Timeout = 10 * time.Second
+		views, err := fleet.CollectStatus(cmd.Context(), sd, prefix, 2*time.Second)
+		if err != nil {
+			return mqttHint(err)
+		}
+		for _, v := range views {
+			if v.State == "online" {
+				devices = append(devices, v.Device)
+			}
+		}
+		if len(devices) == 0 {
+			return errors.New("no device is online on the hub (fleet status lists none): nothing to update")
+		}
+	}
+	su := fleet.StagedUpdate{Devices: devices, Stages: stages, URL: f.url, RollbackURL: f.rollbackURL, Out: cmd.OutOrStdout(),
+		Update: func(ctx context.Context, device, url string) (*fleet.Outcome, error) {
+			// Going back to --rollback-url is a rollback the operator
+			// signs: the device refuses an older release otherwise.
+			rollback := f.rollback || (f.rollbackURL != "" && url == f.rollbackURL)
+			first, outcome, err := fleet.SendUpdate(ctx, f.dial(), prefix, device, url, rollback, priv, f.timeout)
+			switch {
+			case first != nil && !first.OK:
+				return nil, errors.New(first.Error)
+			case err != nil:
+				return nil, mqttHint(err)
+			}
+			return fleet.OutcomeOf(outcome)
+		}}
+	if err := su.Run(cmd.Context()); err != nil {
+		return exitCode(exitFailure, err)
 	}
 	return nil
 }
