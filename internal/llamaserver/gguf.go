@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"sort"
 )
 
 // The GGUF container (version 3), as llama.cpp reads it: a header, typed
@@ -175,14 +174,4 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	c.n += int64(n)
 	c.err = err
 	return n, err
-}
-
-// Keys lists the metadata keys, sorted (for tests).
-func (g *GGUF) Keys() []string {
-	out := make([]string, 0, len(g.kv))
-	for _, e := range g.kv {
-		out = append(out, e.key)
-	}
-	sort.Strings(out)
-	return out
 }

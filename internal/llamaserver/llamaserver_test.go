@@ -99,3 +99,26 @@ func TestModelFile(t *testing.T) {
 		t.Fatal("a call of 2000 bytes was accepted")
 	}
 }
+
+// A model made to call another tool with other arguments, and to answer
+// other words: what the tests choose is what the server returns.
+func TestTinyModelCustomCall(t *testing.T) {
+	s := llamaserver.Start(t, llamaserver.Options{Model: llamaserver.Model{
+		Call: `{"name": "sleep_ms", "arguments": {"ms": 25}}`, Plain: "bonjour"}})
+	body := `{"messages":[{"role":"user","content":"wait"}],"tools":[{"type":"function","function":{"name":"sleep_ms",
+ "parameters":{"type":"object","properties":{"ms":{"type":"integer"}},"required":["ms"]}}}]}`
+	for _, tc := range []struct{ body, want string }{
+		{body, `"arguments":"{\"ms\": 25}"`},
+		{`{"messages":[{"role":"user","content":"hi"}]}`, `"content":"bonjour"`},
+	} {
+		resp, err := http.Post(s.URL+"/chat/completions", "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(data), tc.want) {
+			t.Fatalf("%d %s, want %s", resp.StatusCode, data, tc.want)
+		}
+	}
+}

@@ -78,8 +78,8 @@ func (b *Brain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error)
 			}
 			return reply, nil
 		}
-		if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadResponse) {
-			return agent.Reply{}, err
+		if errors.Is(err, agent.ErrBrainUnavailable) || !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrBadResponse) {
+			return agent.Reply{}, err // a stream cut by a dropped connection is the server's absence, not a bad answer
 		}
 		if attempt >= MalformedRetries {
 			return agent.Reply{}, fmt.Errorf("%d answers in a row were unusable, the last: %w", attempt+1, err)

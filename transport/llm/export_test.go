@@ -6,3 +6,6 @@ import "context"
 func Chat(c *Client, ctx context.Context, user string) (Completion, error) {
 	return c.Chat(ctx, &chatRequest{Messages: []chatMessage{text("user", user)}}, nil)
 }
+
+// ErrorDetails exposes errorDetails to the tests.
+var ErrorDetails = errorDetails

@@ -61,3 +61,38 @@ func checkCalls(t *testing.T, c llm.Completion) {
 		}
 	}
 }
+
+// FuzzErrorDetails: any error body gives a message (the start of the body
+// at worst) and never a panic; token counts are what the body says.
+func FuzzErrorDetails(f *testing.F) {
+	f.Add([]byte(`{"error":{"code":400,"message":"request (2119 tokens) exceeds the available context size (512 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":2119,"n_ctx":512}}`))
+	f.Add([]byte(`{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`))
+	f.Add([]byte(`{"error":"model not found"}`))
+	f.Add([]byte(`Internal Server Error`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		msg, _, _, _ := llm.ErrorDetails(data)
+		if len(bytes.TrimSpace(data)) > 0 && msg == "" && !bytes.Contains(data, []byte(`"error"`)) {
+			t.Fatalf("no message for %q", data)
+		}
+	})
+}
+
+func TestContextExceeded(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		code  int
+		want  bool
+		nP, n int
+	}{
+		{`{"error":{"code":400,"message":"request (2119 tokens) exceeds the available context size (512 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":2119,"n_ctx":512}}`, 400, true, 2119, 512},
+		{`{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`, 400, true, 0, 0},
+		{`{"error":{"message":"bad model","type":"invalid_request_error"}}`, 400, false, 0, 0},
+		{`{"error":{"code":500,"message":"x","type":"exceed_context_size_error"}}`, 500, false, 0, 0},
+	} {
+		se := &llm.StatusError{Code: tc.code}
+		se.Message, se.Type, se.PromptTokens, se.ContextTokens = llm.ErrorDetails([]byte(tc.body))
+		if se.ContextExceeded() != tc.want || se.PromptTokens != tc.nP || se.ContextTokens != tc.n {
+			t.Errorf("%s: exceeded %v (%d of %d), want %v", tc.body, se.ContextExceeded(), se.PromptTokens, se.ContextTokens, tc.want)
+		}
+	}
+}

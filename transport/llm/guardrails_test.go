@@ -2,6 +2,7 @@ package llm_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -131,5 +132,33 @@ func TestStaleKeepAliveConnection(t *testing.T) {
 		if err != nil || comp.Content != "fine" {
 			t.Fatalf("request %d: %+v %v", i, comp, err)
 		}
+	}
+}
+
+// A streamed answer cut by a dropped connection is an unreachable server
+// (the kernel waits and asks again later), not a malformed answer to ask
+// for again at once.
+func TestCutStreamIsUnavailable(t *testing.T) {
+	var mu sync.Mutex
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		n++
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Par\"}}]}\n\n")
+		w.(http.Flusher).Flush()
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}))
+	defer srv.Close()
+	b := &llm.Brain{Client: &llm.Client{BaseURL: srv.URL + "/v1", Model: "m"}, Stream: true}
+	_, err := b.Think(context.Background(), agent.Turn{Task: agent.Task{Input: []byte(`"hi"`)}})
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(err, agent.ErrBrainUnavailable) || n != 1 {
+		t.Fatalf("after %d requests: %v", n, err)
 	}
 }
