@@ -306,8 +306,9 @@ func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 
 // scrubSessions reads sessions.db back from the disk once per interval
 // until ctx ends (the scrub, docs/storage-damage.md): damage is logged at
-// error level and counted for /metrics, status and the telemetry. SQLite
-// keeps no second copy of a page: nothing is rewritten.
+// error level and counted for /metrics, status and the telemetry; a damaged
+// log frame that a later one supersedes is repaired by a checkpoint
+// (sqlitedb.Check).
 func (d *Daemon) scrubSessions(ctx context.Context, interval time.Duration) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -317,7 +318,7 @@ func (d *Daemon) scrubSessions(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		damage, n, err := d.sess.CheckDB(ctx)
+		damage, repaired, n, err := d.sess.CheckDB(ctx)
 		if ctx.Err() != nil {
 			return
 		}
@@ -333,6 +334,9 @@ func (d *Daemon) scrubSessions(ctx context.Context, interval time.Duration) {
 		default:
 			for _, l := range damage {
 				d.log.Error().Str("damage", l).Msg("scrub: sessions.db is damaged on the disk")
+			}
+			for _, l := range repaired {
+				d.log.Warn().Str("repaired", l).Msg("scrub: a damaged part of sessions.db was rewritten from a good copy")
 			}
 		}
 	}

@@ -26,7 +26,7 @@ func TestStoreCheck(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	damage, n, err := s.Check(ctx)
+	damage, _, n, err := s.Check(ctx)
 	if err != nil || len(damage) != 0 || n == 0 {
 		t.Fatalf("healthy: %q, %d bytes, %v", damage, n, err)
 	}
@@ -47,7 +47,7 @@ func TestStoreCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	damage, _, err = s.Check(ctx)
+	damage, _, _, err = s.Check(ctx)
 	if err != nil || len(damage) == 0 || !strings.HasPrefix(damage[0], s.path) {
 		t.Fatalf("damaged: %q, %v; want damage naming %s", damage, err, s.path)
 	}

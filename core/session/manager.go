@@ -1050,4 +1050,6 @@ func contextSummary(tasks []PlanTask, reason string) string {
 
 // CheckDB reads sessions.db back from the disk (Store.Check): the daemon's
 // scrub.
-func (m *Manager) CheckDB(ctx context.Context) ([]string, int64, error) { return m.store.Check(ctx) }
+func (m *Manager) CheckDB(ctx context.Context) (damage, repaired []string, checked int64, err error) {
+	return m.store.Check(ctx)
+}

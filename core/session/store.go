@@ -132,8 +132,8 @@ type Store struct {
 
 // Check reads sessions.db and its write-ahead log back from the disk
 // (the daemon's scrub, sqlitedb.Check): the damaged parts found, each
-// naming its file, and the bytes checked.
-func (s *Store) Check(ctx context.Context) ([]string, int64, error) {
+// naming its file, those repaired, and the bytes checked.
+func (s *Store) Check(ctx context.Context) (damage, repaired []string, checked int64, err error) {
 	return sqlitedb.Check(ctx, s.db, s.path)
 }
 

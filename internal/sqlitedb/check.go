@@ -21,9 +21,11 @@ const maxDamage = 8
 // back from the disk, for the scrub (docs/storage-damage.md): PRAGMA
 // quick_check reads every page through the log, and WALDamage verifies the
 // log's frames as SQLite does only when it next opens the database. It
-// returns the damaged parts found, each naming its file, and the bytes
-// checked; an error means it could not check.
-func Check(ctx context.Context, db *sql.DB, path string) (damage []string, checked int64, err error) {
+// returns the damaged parts found, each naming its file, those repaired (a
+// damaged log frame whose page a later frame holds too: a checkpoint
+// leaves it behind), and the bytes checked; an error means it could not
+// check.
+func Check(ctx context.Context, db *sql.DB, path string) (damage, repaired []string, checked int64, err error) {
 	rows, err := db.QueryContext(ctx, "PRAGMA quick_check")
 	if err == nil {
 		for rows.Next() {
@@ -42,7 +44,7 @@ func Check(ctx context.Context, db *sql.DB, path string) (damage []string, check
 	}
 	if err != nil {
 		if !corrupt(err) {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		damage = append(damage, fmt.Sprintf("%s: %v", path, err))
 	}
@@ -54,14 +56,27 @@ func Check(ctx context.Context, db *sql.DB, path string) (damage []string, check
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return nil, 0, err
+		return nil, nil, 0, err
 	default:
 		checked += int64(len(b))
-		if d := WALDamage(b); d != "" {
-			damage = append(damage, path+"-wal: "+d)
+		d, superseded := walScan(b)
+		if d == "" {
+			break
+		}
+		damage = append(damage, path+"-wal: "+d)
+		if !superseded {
+			break
+		}
+		// Every damaged frame holds a page a later good frame holds too:
+		// a checkpoint copies the good ones into the database and empties
+		// the log. It can be kept from finishing by another connection
+		// reading an older snapshot (busy), then nothing is repaired.
+		var busy, logged, moved int64
+		if err := db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logged, &moved); err == nil && busy == 0 {
+			repaired = append(repaired, path+"-wal: "+d+"; every damaged frame was superseded by a later one: checkpointed into the database, and the log emptied")
 		}
 	}
-	return damage, checked, nil
+	return damage, repaired, checked, nil
 }
 
 // corrupt reports whether SQLite said the file is damaged.
@@ -80,20 +95,30 @@ func corrupt(err error) bool {
 // opens the database (https://www.sqlite.org/fileformat2.html#walformat):
 // a 32-byte header with its checksum, then frames of a 24-byte header and
 // a page, each with the running checksum of the header's first 8 bytes and
-// the page, and the header's salts. The first frame with the salts whose
-// checksum fails ends what SQLite replays. It says where, when frames with
-// the salts follow it (the end a crash leaves is the last frame only), or
-// "" when the log is whole.
+// the page, and the header's salts. SQLite replays the frames up to the
+// first that fails; a damaged frame with good frames of the log after it
+// is damage (the end a crash leaves is the last frames only). It says
+// where, or "" when the log is whole.
 func WALDamage(b []byte) string {
+	msg, _ := walScan(b)
+	return msg
+}
+
+// walScan is WALDamage that also reports whether every damaged frame is
+// superseded: a good frame after it holds the same page, so that a
+// checkpoint, which copies each page's newest frame into the database
+// (from the log index SQLite keeps in memory), never reads it, and the
+// truncated log no longer holds it.
+func walScan(b []byte) (msg string, superseded bool) {
 	if len(b) == 0 {
-		return ""
+		return "", false
 	}
 	if len(b) < 32 {
-		return fmt.Sprintf("its header is cut short (%d bytes)", len(b))
+		return fmt.Sprintf("its header is cut short (%d bytes)", len(b)), false
 	}
 	magic := binary.BigEndian.Uint32(b)
 	if magic != 0x377f0682 && magic != 0x377f0683 {
-		return fmt.Sprintf("its header's magic number is %#x: SQLite will ignore the whole log", magic)
+		return fmt.Sprintf("its header's magic number is %#x: SQLite will ignore the whole log", magic), false
 	}
 	var order binary.ByteOrder = binary.LittleEndian
 	if magic == 0x377f0683 {
@@ -108,46 +133,57 @@ func WALDamage(b []byte) string {
 	}
 	s0, s1 := sum(0, 0, b[:24])
 	if s0 != binary.BigEndian.Uint32(b[24:]) || s1 != binary.BigEndian.Uint32(b[28:]) {
-		return "its header fails its checksum: SQLite will ignore the whole log"
+		return "its header fails its checksum: SQLite will ignore the whole log", false
 	}
 	ps := int(binary.BigEndian.Uint32(b[8:]))
 	if ps == 1 {
 		ps = 65536
 	}
 	if ps < 512 || ps > 65536 || ps&(ps-1) != 0 {
-		return fmt.Sprintf("its header names a page size of %d", ps)
+		return fmt.Sprintf("its header names a page size of %d", ps), false
 	}
-	salt := b[16:24]
+	salt := string(b[16:24])
 	frame := 24 + ps
-	bad := -1
-	for i, off := 0, 32; off+frame <= len(b); i, off = i+1, off+frame {
+	// good[i]: frame i carries the salts and checks against the checksum
+	// its predecessor stores (the header's for frame 0): intact, whatever
+	// happened before it.
+	var good []bool
+	last := -1 // the last good frame: the log's frames end there
+	prev0, prev1 := s0, s1
+	for off := 32; off+frame <= len(b); off += frame {
 		h := b[off : off+24]
-		if string(h[8:16]) != string(salt) {
-			if bad < 0 {
-				return "" // the end of this log's frames: older ones follow
-			}
-			break
-		}
-		if bad >= 0 {
-			return fmt.Sprintf("frame %d (offset %d) fails its checksum: SQLite will drop it and the %d frames after it, with their commits, at its next open",
-				bad, 32+bad*frame, i-bad-1+countSalted(b[off:], salt, frame))
-		}
-		n0, n1 := sum(s0, s1, h[:8])
+		n0, n1 := sum(prev0, prev1, h[:8])
 		n0, n1 = sum(n0, n1, b[off+24:off+frame])
-		if n0 != binary.BigEndian.Uint32(h[16:]) || n1 != binary.BigEndian.Uint32(h[20:]) {
-			bad = i
+		ok := string(h[8:16]) == salt && n0 == binary.BigEndian.Uint32(h[16:]) && n1 == binary.BigEndian.Uint32(h[20:])
+		good = append(good, ok)
+		if ok {
+			last = len(good) - 1
+		}
+		prev0, prev1 = binary.BigEndian.Uint32(h[16:]), binary.BigEndian.Uint32(h[20:])
+	}
+	first, bad := -1, 0
+	superseded = true
+	for i := 0; i < last; i++ {
+		if good[i] {
 			continue
 		}
-		s0, s1 = n0, n1
+		if first < 0 {
+			first = i
+		}
+		bad++
+		pg := binary.BigEndian.Uint32(b[32+i*frame:])
+		later := false
+		for j := i + 1; j <= last && pg != 0; j++ {
+			if good[j] && binary.BigEndian.Uint32(b[32+j*frame:]) == pg {
+				later = true
+				break
+			}
+		}
+		superseded = superseded && later
 	}
-	return ""
-}
-
-// countSalted counts the frames at the start of b that carry salt.
-func countSalted(b, salt []byte, frame int) int {
-	n := 0
-	for off := 0; off+frame <= len(b) && string(b[off+8:off+16]) == string(salt); off += frame {
-		n++
+	if first < 0 {
+		return "", false
 	}
-	return n
+	return fmt.Sprintf("frame %d (offset %d) fails its checksum (%d damaged frames in all): SQLite will drop it and the %d frames after it, with their commits, at its next open",
+		first, 32+first*frame, bad, last-first), superseded
 }

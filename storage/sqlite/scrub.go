@@ -16,14 +16,17 @@ import (
 // SQLite would at its next open. SQLite verifies them only then, and drops
 // a damaged frame with every commit after it: found by the scrub, the
 // damage is logged while the agent still runs, before a restart costs those
-// commits. Nothing is rewritten: SQLite keeps no second copy of a page.
+// commits. SQLite keeps no second copy of a page, but a damaged frame
+// whose page a later frame holds too is never read again: a checkpoint
+// then moves the good pages into the database and empties the log (the
+// repair).
 func (s *Store) Scrub(ctx context.Context, agentID string) (plugin.ScrubReport, error) {
 	if err := agent.ValidateID(agentID); err != nil {
 		return plugin.ScrubReport{}, fmt.Errorf("sqlite: scrub: %w", err)
 	}
-	damage, n, err := sqlitedb.Check(ctx, s.db, s.path)
+	damage, repaired, n, err := sqlitedb.Check(ctx, s.db, s.path)
 	if err != nil {
 		return plugin.ScrubReport{}, fmt.Errorf("sqlite: scrub: %w", err)
 	}
-	return plugin.ScrubReport{Bytes: n, Damage: damage}, nil
+	return plugin.ScrubReport{Bytes: n, Damage: damage, Repaired: repaired}, nil
 }
