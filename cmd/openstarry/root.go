@@ -65,7 +65,11 @@ func envOr(key, def string) string {
 	return def
 }
 
+// rawArgs are the command line's arguments (execute's).
+var rawArgs []string
+
 func execute(args []string) int {
+	rawArgs = args
 	guardGroups(rootCmd)
 	rootCmd.SetArgs(args)
 	err := rootCmd.Execute()
@@ -101,9 +105,49 @@ func guardGroups(c *cobra.Command) {
 		return exitCode(2, unknownCommand(cmd, args[0]))
 	}
 	c.RunE = func(cmd *cobra.Command, args []string) error {
+		// The group ignored the flags it does not know (so that an
+		// unknown command is named first); alone, one is still an error.
+		for _, a := range rawArgs {
+			if name, ok := unknownFlag(cmd, a); ok {
+				return exitCode(2, fmt.Errorf("unknown flag %s for %q, which needs a command: %s", name, cmd.CommandPath(), commandNames(cmd)))
+			}
+		}
 		return cmd.Help()
 	}
 	c.FParseErrWhitelist.UnknownFlags = true
+}
+
+// commandNames lists c's subcommands.
+func commandNames(c *cobra.Command) string {
+	var names []string
+	for _, sub := range c.Commands() {
+		if sub.IsAvailableCommand() {
+			names = append(names, sub.Name())
+		}
+	}
+	return strings.Join(names, ", ")
+}
+
+// unknownFlag reports whether arg is a flag that c does not have.
+func unknownFlag(c *cobra.Command, arg string) (string, bool) {
+	if arg == "--" || len(arg) < 2 || arg[0] != '-' {
+		return "", false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+	if name == "" {
+		return "", false
+	}
+	if strings.HasPrefix(arg, "--") {
+		if c.Flags().Lookup(name) != nil || c.InheritedFlags().Lookup(name) != nil {
+			return "", false
+		}
+		return "--" + name, true
+	}
+	sh := name[:1]
+	if c.Flags().ShorthandLookup(sh) != nil || c.InheritedFlags().ShorthandLookup(sh) != nil {
+		return "", false
+	}
+	return "-" + sh, true
 }
 
 // unknownCommand is the error for a subcommand name that c does not have.
@@ -114,13 +158,7 @@ func unknownCommand(c *cobra.Command, name string) error {
 	}
 	switch s := c.SuggestionsFor(name); len(s) {
 	case 0:
-		var names []string
-		for _, sub := range c.Commands() {
-			if sub.IsAvailableCommand() {
-				names = append(names, sub.Name())
-			}
-		}
-		msg += "; its commands: " + strings.Join(names, ", ")
+		msg += "; its commands: " + commandNames(c)
 	case 1:
 		msg += fmt.Sprintf("; did you mean %q?", s[0])
 	default:

@@ -1,6 +1,8 @@
 package agent_test
 
 import (
+	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -32,5 +34,45 @@ func TestCurrent(t *testing.T) {
 	waitTask(t, rt, "slow")
 	if c := rt.Current(); c != nil {
 		t.Fatalf("a finished task is still current: %+v", c)
+	}
+}
+
+// streamingBrain reports tokens as a streaming model does, then waits to
+// be released before it answers.
+type streamingBrain struct{ release chan struct{} }
+
+func (b streamingBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	if turn.OnTokens != nil {
+		turn.OnTokens(17)
+		turn.OnTokens(42)
+	}
+	select {
+	case <-b.release:
+	case <-ctx.Done():
+		return agent.Reply{}, ctx.Err()
+	}
+	return agent.Reply{Output: json.RawMessage(`"answered"`)}, nil
+}
+
+// TestCurrentTokens: while a model streams its answer, the task in hand
+// says "thinking" and how many tokens have arrived, even with nobody
+// listening to progress (no MQTT).
+func TestCurrentTokens(t *testing.T) {
+	e := newEnv(t)
+	release := make(chan struct{})
+	e.cfg.Brain = streamingBrain{release: release}
+	rt := e.start()
+	submit(t, rt, "model-1", "stream please")
+	var c *agent.Current
+	wait.For(t, 10*time.Second, "the streamed tokens in the task in hand", func() bool {
+		c = rt.Current()
+		return c != nil && c.Tokens == 42
+	})
+	if c.TaskID != "model-1" || c.Phase != "thinking" || c.Tool != "" || c.Step != 0 {
+		t.Fatalf("current %+v", c)
+	}
+	close(release)
+	if st := waitTask(t, rt, "model-1"); st.Status != agent.ResultDone {
+		t.Fatalf("task %+v", st)
 	}
 }

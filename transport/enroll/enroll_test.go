@@ -164,7 +164,8 @@ func TestCheckHubURL(t *testing.T) {
 }
 
 // FuzzHandler: whatever the body, the hub answers with a JSON error or
-// credentials, never panics, and spends no token on a bad request.
+// credentials, never panics, spends no token on a bad request, and names
+// no Go type.
 func FuzzHandler(f *testing.F) {
 	f.Add([]byte(`{"token":"ost_x","public_key":"AAAA","proof":"AAAA"}`))
 	f.Add([]byte(`{"token":1}`))
@@ -178,6 +179,9 @@ func FuzzHandler(f *testing.F) {
 		h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/enroll", strings.NewReader(string(body))))
 		if rec.Code == http.StatusOK || !strings.Contains(rec.Body.String(), `"code"`) {
 			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if b := rec.Body.String(); strings.Contains(b, "Go value") || strings.Contains(b, "Go struct") {
+			t.Fatalf("the answer names a Go type: %s", b)
 		}
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // maxRequest bounds an enrolment request.
@@ -19,7 +21,7 @@ func (h *Hub) Handler() http.Handler {
 		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRequest))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			writeErr(w, http.StatusBadRequest, "bad_request", "enrolment request: "+err.Error())
+			writeErr(w, http.StatusBadRequest, "bad_request", jsonerr.Describe("enrolment request", err))
 			return
 		}
 		creds, err := h.Enroll(r.Context(), req)

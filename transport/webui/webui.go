@@ -18,6 +18,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
 // CookieName is the browser session's cookie.
@@ -285,7 +287,7 @@ func (u *UI) handleLogin(w http.ResponseWriter, r *http.Request) {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "bad_request", "login: want JSON {\"token\": \"...\", \"name\": \"...\"}: "+err.Error())
+		writeError(w, http.StatusBadRequest, "bad_request", "login: want JSON {\"token\": \"...\", \"name\": \"...\"}: "+jsonerr.Describe("the body", err))
 		return
 	}
 	name := strings.TrimSpace(req.Name)

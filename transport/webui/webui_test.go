@@ -329,6 +329,7 @@ func TestLoginRefusals(t *testing.T) {
 		{"wrong token", `{"token":"nope"}`, 401, "unauthorized"},
 		{"not JSON", `token=x`, 400, "bad_request"},
 		{"unknown field", `{"token":"x","admin":true}`, 400, "bad_request"},
+		{"token of the wrong type", `{"token":5}`, 400, "bad_request"},
 		{"bad name", `{"token":"` + token + `","name":"a\u0007b"}`, 400, "bad_name"},
 		{"long name", `{"token":"` + token + `","name":"` + strings.Repeat("n", 65) + `"}`, 400, "bad_name"},
 	} {
@@ -337,8 +338,12 @@ func TestLoginRefusals(t *testing.T) {
 			if w.Code != tc.status {
 				t.Fatalf("%d, want %d: %s", w.Code, tc.status, w.Body)
 			}
-			if _, code := apiError(t, w); code != tc.code {
+			msg, code := apiError(t, w)
+			if code != tc.code {
 				t.Errorf("code %q, want %q", code, tc.code)
+			}
+			if strings.Contains(msg, "Go ") || strings.Contains(msg, "loginRequest") {
+				t.Errorf("the message names a Go type: %s", msg)
 			}
 			if len(w.Result().Cookies()) != 0 {
 				t.Error("a refused login set a cookie")
