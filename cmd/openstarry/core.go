@@ -43,7 +43,7 @@ agent.`,
 				go watchParent(os.Stdin)
 			}
 			m := metrics.NewAgent(nil)
-			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave,
+			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave, onScrub: m.ObserveScrub,
 				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest, source: source}
 			return runAgent(cmd.Context(), f)
 		},

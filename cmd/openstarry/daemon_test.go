@@ -557,7 +557,7 @@ func TestDaemonInterruptionScan(t *testing.T) {
 func TestStartBadConfig(t *testing.T) {
 	cfg := daemonConfig(t, dataDir(t), "design:\n  urll: http://x\n")
 	out, code := runCLI(t, "start", "--config", cfg)
-	if code != 1 || !strings.Contains(out, `unknown key "design.urll" (keys of design: url, timeout, retries, trusted_keys, templates)`) {
+	if code != 1 || !strings.Contains(out, `unknown key "design.urll" (keys of design: url, timeout, retries, trusted_keys, allow_unsigned_commands, templates)`) {
 		t.Fatalf("%d\n%s", code, out)
 	}
 	out, code = runCLI(t, "start", "--config", filepath.Join(t.TempDir(), "none.yaml"))

@@ -103,8 +103,12 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		}
 		cfg.Broker = t.broker.URL()
 	}
-	if !cfg.NoDeviceStatus && t.daemonOwnsStatus(ctx, cfg) {
-		cfg.NoDeviceStatus = true
+	if !cfg.NoDeviceStatus {
+		owned, err := t.daemonOwnsStatus(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		cfg.NoDeviceStatus = owned
 	}
 	if !cfg.NoFleet && newClaims != nil {
 		claims, err := newClaims(cfg)
@@ -137,14 +141,18 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 // run on its own with the daemon's device id, leaves the status alone (no
 // online, no offline, no last will), for the daemon owns it. A broker that
 // cannot be asked now leaves the status to this agent; the daemon, when it
-// runs, replaces what the agent publishes (Infra).
-func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) bool {
+// runs, replaces what the agent publishes (Infra). A refused login or TLS
+// handshake is returned: Start reports it once, without asking again.
+func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*probeConnectTimeout)
 	defer cancel()
 	pc, err := Dial(ctx, DialOptions{Broker: cfg.Broker, Username: cfg.Username, Password: cfg.Password,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Timeout: probeConnectTimeout})
+	if errors.Is(err, ErrBadCredentials) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrTLS) || errors.Is(err, ErrRefused) {
+		return false, err
+	}
 	if err != nil {
-		return false // Start reports a refusal; an unreachable broker is retried there
+		return false, nil // an unreachable broker is retried by the client
 	}
 	defer pc.Disconnect(50)
 	prefix := cfg.TopicPrefix
@@ -153,11 +161,11 @@ func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) bool {
 	}
 	st, err := ReadStatus(ctx, pc, prefix, cfg.Device, probeConnectTimeout)
 	if err != nil || st == nil || st.Owner != OwnerDaemon || st.State != "online" {
-		return false
+		return false, nil
 	}
 	cfg.Log.Info().Str("component", "mqtt").Str("device", cfg.Device).Int("daemon_pid", st.PID).Str("daemon_host", st.Host).
 		Msgf("mqtt: a daemon (pid %d on host %s) runs as device %s and owns its status; this agent leaves %s alone", st.PID, st.Host, cfg.Device, StatusTopic(prefix, cfg.Device))
-	return true
+	return true, nil
 }
 
 // Close publishes what it can within a few seconds, disconnects, and stops
