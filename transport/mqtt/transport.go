@@ -47,6 +47,9 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 			return nil, errors.New("--mqtt-ca, --mqtt-cert and --mqtt-key need --broker ssl://… (the embedded broker listens without TLS)")
 		}
 		check.Broker = "tcp://" + plugin.DefaultBrokerListen
+		if err := m.ValidateBroker(); err != nil {
+			return nil, err
+		}
 		if t.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.BrokerListen, UsersFile: m.BrokerUsers,
 			DataDir: env.DataDir, TopicPrefix: m.TopicPrefix, Log: env.Log,
 			MaxPacketBytes: m.BrokerMaxPacketBytes, ConnectTimeout: m.BrokerConnectTimeout,
