@@ -146,3 +146,15 @@ func TestDaemonBrokerBounds(t *testing.T) {
 	wait.For(t, 30*time.Second, "a connection refused by mqtt.broker_max_connections 16", refused)
 	c.waitLog("connection refused: 16 connections are open", 20*time.Second)
 }
+
+// TestRunBrokerBoundsInvalid: `openstarry run`, which starts the embedded
+// broker too, refuses a bound that is not positive, naming the key.
+func TestRunBrokerBoundsInvalid(t *testing.T) {
+	t.Setenv("OPENSTARRY_BROKER_MAX_CONNECTIONS", "0")
+	code, _, stderr := exitRun(t, 30*time.Second, "run", "--agent", "b0", "--listen", "", "--data", t.TempDir(),
+		"--broker-listen", "127.0.0.1:0", "--broker-max-packet-bytes", "-1")
+	if code == 0 || !strings.Contains(stderr, "mqtt.broker_max_connections: must be positive") ||
+		!strings.Contains(stderr, "mqtt.broker_max_packet_bytes: must be positive") {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+}

@@ -538,7 +538,6 @@ func (c *Config) Validate() error {
 		{"supervise.ready_timeout", c.Supervise.ReadyTimeout},
 		{"sessions.checkpoint_interval", c.Sessions.CheckpointInterval},
 		{"update.trial_timeout", c.Update.TrialTimeout},
-		{"mqtt.broker_connect_timeout", c.MQTT.BrokerConnectTimeout},
 	} {
 		if d.v <= 0 {
 			bad(d.key, "must be positive")
@@ -569,20 +568,8 @@ func (c *Config) Validate() error {
 	default:
 		bad("log.format", "%q: want json or console", c.Log.Format)
 	}
-	for _, n := range []struct {
-		key string
-		v   int
-	}{
-		{"mqtt.broker_max_packet_bytes", c.MQTT.BrokerMaxPacketBytes},
-		{"mqtt.broker_max_connections", c.MQTT.BrokerMaxConnections},
-		{"mqtt.broker_max_retained_bytes", c.MQTT.BrokerMaxRetainedBytes},
-	} {
-		if n.v <= 0 {
-			bad(n.key, "must be positive")
-		}
-	}
-	if c.MQTT.BrokerMaxPacketBytes > 268435460 {
-		bad("mqtt.broker_max_packet_bytes", "%d is more than MQTT's largest packet, 268435460", c.MQTT.BrokerMaxPacketBytes)
+	if err := c.MQTT.ValidateBroker(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.MQTT.Broker == "" && !c.MQTT.Disabled {
 		if err := CheckBrokerListen(c.MQTT.BrokerListen, c.MQTT.Username); err != nil {
@@ -594,6 +581,29 @@ func (c *Config) Validate() error {
 	}
 	if c.MQTT.Broker == "" && !c.MQTT.Disabled && (c.MQTT.CA != "" || c.MQTT.Cert != "" || c.MQTT.Key != "") {
 		bad("mqtt.ca", "mqtt.ca, mqtt.cert and mqtt.key need mqtt.broker ssl://… (the embedded broker listens without TLS)")
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateBroker checks the embedded broker's bounds (the daemon's
+// Validate and `openstarry run`, which starts the broker too, call it).
+func (m MQTT) ValidateBroker() error {
+	var errs []error
+	for _, n := range []struct {
+		key string
+		bad bool
+	}{
+		{"mqtt.broker_max_packet_bytes", m.BrokerMaxPacketBytes <= 0},
+		{"mqtt.broker_connect_timeout", m.BrokerConnectTimeout <= 0},
+		{"mqtt.broker_max_connections", m.BrokerMaxConnections <= 0},
+		{"mqtt.broker_max_retained_bytes", m.BrokerMaxRetainedBytes <= 0},
+	} {
+		if n.bad {
+			errs = append(errs, fmt.Errorf("%s: must be positive", n.key))
+		}
+	}
+	if m.BrokerMaxPacketBytes > 268435460 {
+		errs = append(errs, fmt.Errorf("mqtt.broker_max_packet_bytes: %d is more than MQTT's largest packet, 268435460", m.BrokerMaxPacketBytes))
 	}
 	return errors.Join(errs...)
 }

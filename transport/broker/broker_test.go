@@ -383,8 +383,8 @@ func TestBrokerPersistence(t *testing.T) {
 }
 
 func TestBrokerListen(t *testing.T) {
-	var buf bytes.Buffer
-	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Log: zerolog.New(zerolog.SyncWriter(&buf))})
+	var buf logbuf.Buffer // read while mochi's event loop logs
+	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Log: zerolog.New(&buf)})
 	if err != nil {
 		t.Fatal(err)
 	}

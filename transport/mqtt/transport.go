@@ -52,6 +52,9 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 			return nil, fmt.Errorf("--broker-listen %w", err)
 		}
 		check.Broker = "tcp://" + plugin.DefaultBrokerListen
+		if err := m.ValidateBroker(); err != nil {
+			return nil, err
+		}
 		if t.broker, err = plugin.NewBroker(plugin.BrokerConfig{Listen: m.BrokerListen, UsersFile: m.BrokerUsers,
 			DataDir: env.DataDir, TopicPrefix: m.TopicPrefix, Log: env.Log,
 			MaxPacketBytes: m.BrokerMaxPacketBytes, ConnectTimeout: m.BrokerConnectTimeout,
