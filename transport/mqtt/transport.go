@@ -97,8 +97,12 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		}
 		cfg.Broker = t.broker.URL()
 	}
-	if !cfg.NoDeviceStatus && t.daemonOwnsStatus(ctx, cfg) {
-		cfg.NoDeviceStatus = true
+	if !cfg.NoDeviceStatus {
+		owned, err := t.daemonOwnsStatus(ctx, cfg)
+		if err != nil {
+			return err // refused: the login is tried once
+		}
+		cfg.NoDeviceStatus = owned
 	}
 	if !cfg.NoFleet && newClaims != nil {
 		claims, err := newClaims(cfg)
@@ -132,13 +136,16 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 // online, no offline, no last will), for the daemon owns it. A broker that
 // cannot be asked now leaves the status to this agent; the daemon, when it
 // runs, replaces what the agent publishes (Infra).
-func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) bool {
+func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*probeConnectTimeout)
 	defer cancel()
 	pc, err := Dial(ctx, DialOptions{Broker: cfg.Broker, Username: cfg.Username, Password: cfg.Password,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Timeout: probeConnectTimeout})
 	if err != nil {
-		return false // Start reports a refusal; an unreachable broker is retried there
+		if errors.Is(err, ErrBadCredentials) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrTLS) || errors.Is(err, ErrRefused) {
+			return false, err // what the client's own login would say, at once
+		}
+		return false, nil // unreachable: the client retries in the background
 	}
 	defer pc.Disconnect(50)
 	prefix := cfg.TopicPrefix
@@ -147,11 +154,11 @@ func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) bool {
 	}
 	st, err := ReadStatus(ctx, pc, prefix, cfg.Device, probeConnectTimeout)
 	if err != nil || st == nil || st.Owner != OwnerDaemon || st.State != "online" {
-		return false
+		return false, nil
 	}
 	cfg.Log.Info().Str("component", "mqtt").Str("device", cfg.Device).Int("daemon_pid", st.PID).Str("daemon_host", st.Host).
 		Msgf("mqtt: a daemon (pid %d on host %s) runs as device %s and owns its status; this agent leaves %s alone", st.PID, st.Host, cfg.Device, StatusTopic(prefix, cfg.Device))
-	return true
+	return true, nil
 }
 
 // Close publishes what it can within a few seconds, disconnects, and stops
