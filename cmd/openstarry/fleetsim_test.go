@@ -33,8 +33,9 @@ type simDevice struct {
 // make fleet-sim runs 100), each with its own device id and data
 // directory, against one real Mosquitto on loopback. It boots them all and
 // checks that fleet status lists every device with its agents and version;
-// publishes 20 fleet tasks per device from one client, then 20 direct
-// tasks per device, then 20 fleet tasks per device again while a fifth of
+// publishes 20 fleet tasks per device (OPENSTARRY_FLEET_SIM_TASKS) from one
+// client, then as many direct tasks per device, then as many fleet tasks per
+// device again while a fifth of
 // the devices are SIGKILLed at random instants and restarted. Every task
 // runs exactly once fleet-wide (the claims and each agent's ledger decide:
 // every result of a task id names one execution, device and tick) and
@@ -47,7 +48,13 @@ func TestFleetSim(t *testing.T) {
 			t.Fatalf("OPENSTARRY_FLEET_SIM_N=%q: want a number ≥ 2", v)
 		}
 	}
-	const perDevice = 20
+	perDevice := 20
+	if v := os.Getenv("OPENSTARRY_FLEET_SIM_TASKS"); v != "" {
+		var err error
+		if perDevice, err = strconv.Atoi(v); err != nil || perDevice < 1 {
+			t.Fatalf("OPENSTARRY_FLEET_SIM_TASKS=%q: want a number ≥ 1", v)
+		}
+	}
 	// No persistence: Mosquitto would save its whole state at every retained
 	// claim loaded (the tests' autosave_on_changes), and it is never restarted here.
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true, Extra: []string{"sys_interval 1", "max_connections -1"}})

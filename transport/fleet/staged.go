@@ -37,7 +37,7 @@ func ParseStages(s string) ([]string, error) {
 func stageTarget(p string, total int) (int, error) {
 	if pct, ok := strings.CutSuffix(p, "%"); ok {
 		v, err := strconv.ParseFloat(pct, 64)
-		if err != nil || v <= 0 || v > 100 {
+		if err != nil || !(v > 0 && v <= 100) { // NaN too
 			return 0, fmt.Errorf("stage %q: a percentage must be in (0, 100]", p)
 		}
 		return int(math.Ceil(v / 100 * float64(total))), nil

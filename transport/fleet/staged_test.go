@@ -48,7 +48,7 @@ func TestWaves(t *testing.T) {
 			t.Errorf("%d devices, %s: waves %v, want %v", tc.n, tc.stages, sizes, tc.sizes)
 		}
 	}
-	for _, bad := range []string{"", "0,100%", "1,10%", "x,100%", "1,150%", "-1,100%"} {
+	for _, bad := range []string{"", "0,100%", "1,10%", "x,100%", "1,150%", "-1,100%", "NaN%,100%", "Inf%,100%"} {
 		if _, err := ParseStages(bad); err == nil {
 			t.Errorf("stages %q accepted", bad)
 		}
@@ -102,4 +102,38 @@ func TestStagedUpdateHalts(t *testing.T) {
 			t.Errorf("no line %q in\n%s", line, &out)
 		}
 	}
+}
+
+// FuzzStages: ParseStages never panics, and the waves of stages it accepts
+// cover every device once, in order, none empty.
+func FuzzStages(f *testing.F) {
+	for _, s := range []string{DefaultStages, "2,100%", "50%,100%", "0,100%", "1,,100%", "1e9,100%", "100%", "-5%,100%", "NaN%,100%"} {
+		f.Add(s, 7)
+	}
+	f.Fuzz(func(t *testing.T, s string, n int) {
+		stages, err := ParseStages(s)
+		if err != nil {
+			return
+		}
+		n = n%300 + 300
+		n %= 300
+		devs := make([]string, n)
+		for i := range devs {
+			devs[i] = fmt.Sprint(i)
+		}
+		waves, err := Waves(devs, stages)
+		if err != nil {
+			t.Fatalf("%q accepted, then: %v", s, err)
+		}
+		var all []string
+		for _, w := range waves {
+			if len(w) == 0 {
+				t.Fatalf("%q: an empty wave", s)
+			}
+			all = append(all, w...)
+		}
+		if !slices.Equal(all, devs) {
+			t.Fatalf("%q over %d devices: waves %v", s, n, waves)
+		}
+	})
 }

@@ -109,7 +109,7 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 	if !cfg.NoDeviceStatus {
 		owned, err := t.daemonOwnsStatus(ctx, cfg)
 		if err != nil {
-			return err
+			return err // refused: the login is tried once
 		}
 		cfg.NoDeviceStatus = owned
 	}
@@ -144,18 +144,17 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 // run on its own with the daemon's device id, leaves the status alone (no
 // online, no offline, no last will), for the daemon owns it. A broker that
 // cannot be asked now leaves the status to this agent; the daemon, when it
-// runs, replaces what the agent publishes (Infra). A refused login or TLS
-// handshake is returned: Start reports it once, without asking again.
+// runs, replaces what the agent publishes (Infra).
 func (t *transport) daemonOwnsStatus(ctx context.Context, cfg Config) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*probeConnectTimeout)
 	defer cancel()
 	pc, err := Dial(ctx, DialOptions{Broker: cfg.Broker, Username: cfg.Username, Password: cfg.Password,
 		CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile, Timeout: probeConnectTimeout})
-	if errors.Is(err, ErrBadCredentials) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrTLS) || errors.Is(err, ErrRefused) {
-		return false, err
-	}
 	if err != nil {
-		return false, nil // an unreachable broker is retried by the client
+		if errors.Is(err, ErrBadCredentials) || errors.Is(err, ErrNotAuthorized) || errors.Is(err, ErrTLS) || errors.Is(err, ErrRefused) {
+			return false, err // what the client's own login would say, at once
+		}
+		return false, nil // unreachable: the client retries in the background
 	}
 	defer pc.Disconnect(50)
 	prefix := cfg.TopicPrefix
