@@ -67,12 +67,17 @@ ninja -C build -j "$(nproc)" "${objs[@]}" >ninja.log 2>&1 || { tail -50 ninja.lo
 g++ -c -O0 -std=c++17 -Illama.cpp/tools/mtmd -Illama.cpp/include -Illama.cpp/ggml/include \
   "$here/mtmd_stub.cpp" -o build/mtmd_stub.o
 
-mkdir -p "$out.tmp"
-cp "$libs"/*.so "$out.tmp/"
-(cd build && g++ -o "$out.tmp/llama-server" "${objs[@]}" mtmd_stub.o \
+# Staged beside the cache and renamed into place, so that two builds at
+# once (two CI runs on one machine) leave one whole result.
+mkdir -p "$(dirname "$out")"
+stage="$(mktemp -d "$(dirname "$out")/.llama-server.XXXXXX")"
+cp "$libs"/*.so "$stage/"
+(cd build && g++ -o "$stage/llama-server" "${objs[@]}" mtmd_stub.o \
   -L"$libs" -l:libllama-common.so -l:libllama."$tag".so -l:libggml."$tag".so -l:libggml-base.so \
   -pthread -Wl,-rpath,'$ORIGIN')
-"$out.tmp/llama-server" --version >/dev/null 2>&1
-rm -rf "$out"
-mv "$out.tmp" "$out"
+"$stage/llama-server" --version >/dev/null 2>&1
+if [ -e "$out" ] && ! "$out/llama-server" --version >/dev/null 2>&1; then
+  rm -rf "$out" # a broken earlier result
+fi
+mv -T "$stage" "$out" 2>/dev/null || rm -rf "$stage" # another build won
 echo "llama-server: built $out/llama-server in $(( $(date +%s) - start )) s"
