@@ -1,6 +1,9 @@
+//go:build unix
+
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,18 +16,23 @@ import (
 	"time"
 
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/fleet"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // TestDaemonScrub: a bit of the master's journal rots on the disk while it
 // runs. Its scrub (scrub_interval 1s here) finds it, logs it, rewrites the
 // saves from the copy it holds in memory (a fold into state.db), and the
-// damage shows in `openstarry status`, the daemon's /metrics and the
-// status JSON; the master killed then comes back with every task and no
-// word of a damaged journal.
+// damage shows in `openstarry status`, the status JSON, the daemon's
+// /metrics and the device's telemetry on a Mosquitto hub; the master killed
+// then comes back with every task and no word of a damaged journal.
 func TestDaemonScrub(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
 	data := dataDir(t)
-	c := startDaemon(t, daemonConfig(t, data, "scrub_interval: 1s\n"))
+	c := startDaemon(t, daemonConfig(t, data, "scrub_interval: 1s\n"+
+		"mqtt:\n  broker: "+m.URL()+"\n  device: scrubdev\n  telemetry_interval: 1s\n"))
 	base := c.url()
+	tele := mqtttest.Collect(t, m.URL(), "scrub-test-telemetry", true, "openstarry/scrubdev/telemetry")
 	var tasks []string
 	for i := 0; i < 6; i++ {
 		id := fmt.Sprintf("s%d", i)
@@ -82,6 +90,18 @@ func TestDaemonScrub(t *testing.T) {
 			t.Fatalf("/metrics has no %q:\n%s", want, page)
 		}
 	}
+
+	// The device's telemetry carries it.
+	wait.For(t, 30*time.Second, "store_damage in the telemetry", func() bool {
+		msgs := tele.Messages("")
+		for i := len(msgs) - 1; i >= 0; i-- {
+			var tm fleet.Telemetry
+			if json.Unmarshal(msgs[i].Payload, &tm) == nil && len(tm.Agents) > 0 && tm.Agents[0].StoreDamage == 1 {
+				return true
+			}
+		}
+		return false
+	})
 
 	// The daemon scrubs sessions.db too.
 	wait.For(t, 60*time.Second, "a scrub of sessions.db", func() bool {

@@ -46,24 +46,27 @@ func (s *scrubber) wrap(next func(*agent.Snapshot)) func(*agent.Snapshot) {
 	}
 }
 
-// run scrubs until ctx ends.
-func (s *scrubber) run(ctx context.Context) {
+// run scrubs until ctx ends, looking at every tick whether one is due.
+func (s *scrubber) run(ctx context.Context, tick <-chan time.Time) {
 	last := s.now()
-	tick := time.NewTicker(min(s.interval, s.idle, 10*time.Second))
-	defer tick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-tick:
 		}
-		now := s.now()
-		if now.Sub(last) < s.interval || now.Sub(time.Unix(0, s.lastSave.Load())) < s.idle {
-			continue
+		if now := s.now(); s.due(now, last) {
+			last = now
+			s.once(ctx)
 		}
-		last = now
-		s.once(ctx)
 	}
+}
+
+// due reports whether a scrub is due at now, the last one (or the start)
+// having been at last: an interval has passed, and idle since the last
+// save.
+func (s *scrubber) due(now, last time.Time) bool {
+	return now.Sub(last) >= s.interval && now.Sub(time.Unix(0, s.lastSave.Load())) >= s.idle
 }
 
 // once runs one scrub and reports it.
@@ -103,8 +106,9 @@ func startScrub(st any, agentID string, interval time.Duration, report func(plug
 		now: time.Now, report: report, log: log}
 	s.lastSave.Store(s.now().UnixNano())
 	ctx, cancel := context.WithCancel(context.Background())
+	tick := time.NewTicker(min(s.interval, s.idle, 10*time.Second))
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); s.run(ctx) }()
-	return s, func() { cancel(); wg.Wait() }
+	go func() { defer wg.Done(); s.run(ctx, tick.C) }()
+	return s, func() { cancel(); wg.Wait(); tick.Stop() }
 }
