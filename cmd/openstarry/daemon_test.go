@@ -159,7 +159,7 @@ func TestDaemonColdBoot(t *testing.T) {
 		}
 	}
 	out, code := runCLI(t, "status", "--data", data)
-	if code != 0 || !regexp.MustCompile(`(?m)^master\s+master\s+master\s+\d+\s+running\s+0\s+0\s+0\s`).MatchString(out) ||
+	if code != 0 || !regexp.MustCompile(`(?m)^master\s+master\s+master@1\.0\.0\s+\d+\s+running\s+0\s+0\s+0\s+\S+\s+embedded\s+-$`).MatchString(out) ||
 		!strings.Contains(out, "\nstate store: bbolt:// (durable)\n") {
 		t.Fatalf("status (%d):\n%s", code, out)
 	}
@@ -571,7 +571,8 @@ func TestStatusTable(t *testing.T) {
 	st := &control.Status{PID: 10, Version: "1.2.3", Data: "/var/lib/openstarry", Started: now.Add(-3 * time.Minute), HTTP: "http://127.0.0.1:7777",
 		Phases: []control.Phase{{N: 1, Name: "infrastructure", DurationMs: 4.2}, {N: 3, Name: "master", DurationMs: 20}},
 		Agents: []control.AgentInfo{
-			{ID: "master", Role: "master", Template: "master", PID: 11, State: "running", Since: now.Add(-time.Minute), Snapshot: true, Tick: 42, Queue: 1, Restarts: 1, LastError: "signal: killed"},
+			{ID: "master", Role: "master", Template: "master", TemplateVersion: "1.0.0", Source: "cache", Degraded: true,
+				DegradedReason: "design layer unreachable: booting cached template master 1.0.0 fetched 2h0m ago: connection refused", PID: 11, State: "running", Since: now.Add(-time.Minute), Snapshot: true, Tick: 42, Queue: 1, Restarts: 1, LastError: "signal: killed"},
 			{ID: "worker-1", Role: "worker", Template: "worker", State: "crashloop", Since: now.Add(-2 * time.Second), Restarts: 5, LastError: "exit status 1: boom"},
 		},
 		Interrupted: []control.Interruption{{AgentID: "master", Tick: 41, Status: "THINKING"}},
@@ -581,9 +582,10 @@ func TestStatusTable(t *testing.T) {
 	want := `daemon pid 10, version 1.2.3, up 3m0s, data /var/lib/openstarry, http http://127.0.0.1:7777
 boot: 1 infrastructure 4.2ms · 3 master 20.0ms
 
-AGENT     ROLE    TEMPLATE  PID  STATE      TICK  QUEUE  RESTARTS  SINCE  LAST ERROR
-master    master  master    11   running    42    1      1         1m0s   signal: killed
-worker-1  worker  worker    -    crashloop  -     -      5         2s     exit status 1: boom
+AGENT     ROLE    TEMPLATE      PID  STATE      TICK  QUEUE  RESTARTS  SINCE  SOURCE  LAST ERROR
+master    master  master@1.0.0  11   running    42    1      1         1m0s   cache   signal: killed
+worker-1  worker  worker        -    crashloop  -     -      5         2s     -       exit status 1: boom
+degraded: master runs template master 1.0.0 from the cache: design layer unreachable: booting cached template master 1.0.0 fetched 2h0m ago: connection refused
 
 interrupted at boot (snapshot not closed cleanly):
   master at tick 41, status THINKING

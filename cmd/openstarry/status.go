@@ -78,7 +78,7 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tROLE\tTEMPLATE\tPID\tSTATE\tTICK\tQUEUE\tRESTARTS\tSINCE\tLAST ERROR")
+	fmt.Fprintln(tw, "AGENT\tROLE\tTEMPLATE\tPID\tSTATE\tTICK\tQUEUE\tRESTARTS\tSINCE\tSOURCE\tLAST ERROR")
 	for _, a := range st.Agents {
 		pid, tick, queue := "-", "-", "-"
 		if a.PID != 0 {
@@ -98,8 +98,15 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 		if len(lastErr) > 100 {
 			lastErr = lastErr[:97] + "..."
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", a.ID, a.Role, a.Template, pid, state, tick, queue,
-			a.Restarts, shortDur(now.Sub(a.Since)), lastErr)
+		tmpl, source := a.Template, a.Source
+		if a.TemplateVersion != "" {
+			tmpl += "@" + a.TemplateVersion
+		}
+		if source == "" {
+			source = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", a.ID, a.Role, tmpl, pid, state, tick, queue,
+			a.Restarts, shortDur(now.Sub(a.Since)), source, lastErr)
 	}
 	tw.Flush()
 	var damaged []string

@@ -96,6 +96,14 @@ func TestWebUIFleet(t *testing.T) {
 		return false
 	})
 
+	// dev-b's own Agents page says the same of its master.
+	br.run("dev-b's agents page", 20*time.Second, chromedp.Navigate(b.url()+"/#/agents"))
+	agentsB := br.waitText("dev-b's master degraded", "#agents-table .degraded", "booting cached template master 1.0.0", 15*time.Second)
+	if !strings.Contains(agentsB, "design layer unreachable") {
+		t.Errorf("dev-b's agents page: %q", agentsB)
+	}
+	br.waitText("dev-b's master template", "#agents-table", "master 1.0.0 (cache)", 5*time.Second)
+
 	// A phone's width.
 	br.resize(390, 844)
 	br.run("fleet at phone width", 20*time.Second, chromedp.Navigate(a.url()+"/#/fleet"), chromedp.Reload())

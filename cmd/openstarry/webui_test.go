@@ -38,6 +38,7 @@ func TestWebUIAgents(t *testing.T) {
 	b.run("open the agents page", 20*time.Second, chromedp.Navigate(base+"/"))
 	b.waitText("master listed", "#agents-table", "master", 15*time.Second)
 	b.waitText("master running", "#agents-table", "running", 15*time.Second)
+	b.waitText("master's template and source", "#agents-table", "template master 1.0.0 (embedded)", 5*time.Second)
 
 	b.run("send a task", 10*time.Second,
 		chromedp.SetValue("#task-input", "hello from the browser", chromedp.ByQuery),

@@ -8,7 +8,9 @@
 // expired, and was never seen before (its id is a nonce the device keeps on
 // disk until the command expires). Anything else is refused to the dead
 // letter topic with the reason, and logged. The operator's side signs with
-// `openstarry fleet command`, which waits for the reply.
+// `openstarry fleet command`, which waits for the reply. The web UI's fleet
+// view (web.go) reads the devices' retained status and telemetry and
+// publishes fleet tasks through the daemon's hub connection settings.
 package fleet
 
 import (

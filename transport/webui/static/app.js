@@ -431,13 +431,16 @@ PAGES.agents = {
     $('#agents-updated').textContent = 'Updated ' + fmtTime(new Date()) + '.';
     const agents = arr(st, 'agents');
     if (!changed('agents', agents.map((a) => [a.id, a.state, a.tick, a.queue, a.restarts, a.last_task, a.last_result, a.pid, a.last_error,
-      a.current_task ? JSON.stringify(a.current_task) : '']))) return;
+      a.current_task ? JSON.stringify(a.current_task) : '', a.template_version, a.template_source, a.degraded_reason]))) return;
     const box = $('#agents-table');
     if (!agents.length) { fill(box, el('p', { class: 'muted', text: 'No agents run in this daemon.' })); return; }
     fill(box, table('Agents of this daemon',
       ['Agent', 'Role', 'State', 'Tick', 'Queue', 'Restarts', 'Last result', 'Since'], agents, (a) => [
         el('td', { class: 'mono wrap' }, a.id),
-        a.role + (a.requester ? ' of ' + a.requester : ''),
+        el('td', {}, a.role + (a.requester ? ' of ' + a.requester : ''),
+          el('div', { class: 'hint wrap' }, 'template ', el('code', { text: a.template + (a.template_version ? ' ' + a.template_version : '') }),
+            a.template_source ? ' (' + a.template_source + ')' : ''),
+          a.degraded ? el('div', { class: 'msg bad degraded', text: 'Degraded: ' + clip(a.degraded_reason, 200) }) : null),
         el('td', {}, badge(a.state), a.current_task ? currentTask(a.current_task) : null,
           a.last_error ? el('div', { class: 'hint wrap', text: clip(a.last_error, 160) }) : null),
         el('td', { class: 'num', text: a.snapshot ? String(a.tick) : '—' }),
