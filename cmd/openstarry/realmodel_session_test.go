@@ -67,9 +67,10 @@ func (p *recordingProxy) count() int {
 // master is SIGKILLed while the model generates the second task's answer;
 // the session is interrupted (crash); a resume finishes the plan. Every
 // line is in the files once, and the requests the model received after the
-// resume carry the resume context, naming the interrupted session.
-// (A summary written by the model needs the session_summary task of the
-// sessions work, not here yet.)
+// resume carry the resume context, naming the interrupted session; the
+// master asked the model for the session's summary (session_summary), and
+// what the model wrote is the child session's context_summary, not the
+// counting line the echo brain would give.
 func TestRealModelSessionResume(t *testing.T) {
 	s := llamaserver.Start(t, llamaserver.Options{Context: 32768, Predict: 1500})
 	var proxy recordingProxy
@@ -161,4 +162,26 @@ func TestRealModelSessionResume(t *testing.T) {
 		t.Fatalf("%d requests after the resume, %d carry the resume context of %s", len(after), carried, v.SessionID)
 	}
 	t.Logf("%d model requests after the resume, %d with the resume context", len(after), carried)
+
+	asked := 0
+	for _, b := range proxy.since(0) {
+		if strings.Contains(b, "Session continuity asks for this session's context summary") {
+			asked++
+		}
+	}
+	if asked == 0 {
+		t.Fatal("no session_summary request reached the model")
+	}
+	var summary string
+	wait.For(t, 60*time.Second, "the child session's context_summary, written by the model", func() bool {
+		var ss []session.Session
+		apiInto(t, "GET", api0+"/projects/"+v.ID+"/sessions", nil, 200, &ss)
+		for _, s := range ss {
+			if s.ID == res.Session.ID {
+				summary = s.ContextSummary
+			}
+		}
+		return summary != "" && !strings.Contains(summary, "tasks completed")
+	})
+	t.Logf("%d summary requests; the model's context_summary: %.200q", asked, summary)
 }
