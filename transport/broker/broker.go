@@ -102,6 +102,7 @@ func (cfg Config) withDefaults() Config {
 type Broker struct {
 	srv      *mqtt.Server
 	ln       net.Listener
+	bound    *boundListener
 	log      zerolog.Logger
 	takeover *takeoverHook
 	once     sync.Once
@@ -173,8 +174,8 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
-	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", gateListener{&boundListener{Listener: ln,
-		maxConns: int64(cfg.MaxConnections), timeout: cfg.ConnectTimeout, log: log}}), srv: srv}); err != nil {
+	b.bound = &boundListener{Listener: ln, maxConns: int64(cfg.MaxConnections), timeout: cfg.ConnectTimeout, log: log}
+	if err := srv.AddListener(&netListener{Net: listeners.NewNet("tcp", gateListener{b.bound}), srv: srv}); err != nil {
 		b.closeServer()
 		return nil, fmt.Errorf("embedded broker: %w", err)
 	}
@@ -208,9 +209,13 @@ func (b *Broker) Close() error {
 }
 
 func (b *Broker) closeServer() {
-	// Stop accepting, then disconnect the clients; mochi's Close waits for
-	// their goroutines before it closes the store under them.
+	// Stop accepting, let mochi take the connections accepted, close
+	// those without a CONNECT, then disconnect the clients; mochi's Close
+	// waits for their goroutines before it closes the store under them.
 	_ = b.ln.Close()
+	if b.bound != nil {
+		b.bound.drain(5 * time.Second)
+	}
 	for _, cl := range b.srv.Clients.GetAll() {
 		if !cl.Closed() {
 			_ = b.srv.DisconnectClient(cl, packets.ErrServerShuttingDown)

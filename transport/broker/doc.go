@@ -60,6 +60,9 @@
 //     publish beyond it dropped (PUBACK 0x97 to an MQTT 5 QoS 1
 //     publisher). Each refusal is logged at warn level. An accept error
 //     other than a closed listener is retried (mochi stopped accepting).
+//     Close does not wait for connections that sent no CONNECT (mochi's
+//     Close waited for them), and takes those accepted an instant before
+//     it without racing mochi's WaitGroup of clients.
 //   - MQTT 5: a QoS 1 PUBLISH is answered PUBACK 0x00 without the
 //     publish's properties (mochi v2.7.9 sent 0x01 and echoed them).
 //   - Logging: mochi's log/slog output goes to the zerolog logger of

@@ -56,6 +56,12 @@ type boundListener struct {
 	open    atomic.Int64
 	refused atomic.Int64 // since the last log line about it
 	logged  atomic.Int64 // unix nanoseconds of that line
+
+	// unread counts the accepted connections mochi has not read from yet
+	// (see drain); conns holds the open ones.
+	unread sync.WaitGroup
+	mu     sync.Mutex // guards conns
+	conns  map[*boundConn]struct{}
 }
 
 func (l *boundListener) Accept() (net.Conn, error) {
@@ -82,7 +88,41 @@ func (l *boundListener) Accept() (net.Conn, error) {
 			continue
 		}
 		_ = c.SetReadDeadline(time.Now().Add(l.timeout))
-		return &boundConn{Conn: c, l: l}, nil
+		bc := &boundConn{Conn: c, l: l}
+		l.unread.Add(1)
+		l.mu.Lock()
+		if l.conns == nil {
+			l.conns = map[*boundConn]struct{}{}
+		}
+		l.conns[bc] = struct{}{}
+		l.mu.Unlock()
+		return bc, nil
+	}
+}
+
+// drain, once the listener is closed, waits (up to wait) until mochi has
+// read from every connection accepted (its goroutine has then registered
+// the client in the listeners' WaitGroup, which Server.Close waits on:
+// registering it during that wait is a data race mochi v2.7.9 has), then
+// closes the connections that have not sent their CONNECT, which mochi's
+// Close would otherwise wait for until their deadline.
+func (l *boundListener) drain(wait time.Duration) {
+	done := make(chan struct{})
+	go func() { l.unread.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
+	l.mu.Lock()
+	var waiting []*boundConn
+	for c := range l.conns {
+		if !c.connected.Load() {
+			waiting = append(waiting, c)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range waiting {
+		_ = c.Close()
 	}
 }
 
@@ -119,10 +159,12 @@ type boundConn struct {
 	net.Conn
 	l         *boundListener
 	connected atomic.Bool
+	read      sync.Once // unread.Done, at the first Read or at Close
 	closed    sync.Once
 }
 
 func (c *boundConn) Read(p []byte) (int, error) {
+	c.read.Do(c.l.unread.Done)
 	n, err := c.Conn.Read(p)
 	if err != nil && !c.connected.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.l.log.Warn().Str("remote", c.RemoteAddr().String()).
@@ -137,7 +179,13 @@ func (c *boundConn) SetDeadline(t time.Time) error {
 }
 
 func (c *boundConn) Close() error {
-	c.closed.Do(func() { c.l.open.Add(-1) })
+	c.read.Do(c.l.unread.Done)
+	c.closed.Do(func() {
+		c.l.open.Add(-1)
+		c.l.mu.Lock()
+		delete(c.l.conns, c)
+		c.l.mu.Unlock()
+	})
 	return c.Conn.Close()
 }
 

@@ -648,3 +648,38 @@ func TestMaxPacketMQTT5(t *testing.T) {
 		t.Error("the connection is still open after the DISCONNECT")
 	}
 }
+
+// TestCloseWithSilentConnections: the broker's Close does not wait for
+// connections that never sent their CONNECT (mochi's Close waited for them:
+// until the CONNECT deadline, and for good before there was one), and
+// takes connections accepted an instant before it without a data race
+// (run with -race).
+func TestCloseWithSilentConnections(t *testing.T) {
+	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", ConnectTimeout: 10 * time.Minute, Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		c, err := net.Dial("tcp", b.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	wait.For(t, 30*time.Second, "5 connections accepted", func() bool { return b.bound.open.Load() == 5 })
+	for range 5 { // accepted while Close runs
+		go func() {
+			if c, err := net.Dial("tcp", b.Addr().String()); err == nil {
+				defer c.Close()
+				_, _ = c.Read(make([]byte, 1))
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { b.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Close waits for connections that sent no CONNECT (their deadline is 10 minutes)")
+	}
+}
