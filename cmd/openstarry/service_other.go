@@ -3,7 +3,6 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 
@@ -27,18 +26,3 @@ func serviceStatus(s service.Service) (service.Status, error) { return s.Status(
 func removeServiceLinks() error { return nil }
 
 func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }
-
-// chooseInit: only Linux has a choice of service manager.
-func chooseInit(init string) (string, error) {
-	if init != "auto" {
-		return "", fmt.Errorf("--init %q: only Linux chooses its service manager", init)
-	}
-	return "", nil
-}
-
-// planInstall says what install registers.
-func planInstall(c *service.Config, data, user string) installPlan {
-	return installPlan{Manager: service.Platform(), Command: serviceCommand(c.Arguments), Data: data, User: user}
-}
-
-func removeServiceLinksIfNew([]string) error { return nil }
