@@ -142,16 +142,7 @@ func TestAgentPortNeedsDaemonToken(t *testing.T) {
 // checked: the signature must cover it and it must be recent.
 func TestWebhookReplay(t *testing.T) {
 	data := t.TempDir()
-	tmpl := filepath.Join(t.TempDir(), "hooked.json")
-	if err := os.WriteFile(tmpl, []byte(`{
-  "name": "hooked", "version": "1.0.0", "role": "master",
-  "brain": {"provider": "echo"}, "system_prompt": "", "tools": [],
-  "context_budget": {"max_messages": 20},
-  "listeners": [{"kind": "webhook", "name": "forge", "listen": "127.0.0.1:0", "secret_env": "FORGE_SECRET"}]
-}`), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("FORGE_SECRET", "s3cret")
+	tmpl := hookedTemplate(t)
 	start := func() (*child, string, string) {
 		c := startChild(t, true, "run", "--agent", "hook", "--template", tmpl, "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
 		base := c.url()

@@ -7,12 +7,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/release"
@@ -54,19 +52,7 @@ func TestFleetStagedUpdate(t *testing.T) {
 	srv := httptest.NewServer(mux)
 	defer srv.Close()
 
-	datas := map[string]string{}
-	for _, dev := range []string{"dev-a", "dev-b", "dev-c"} {
-		data := dataDir(t)
-		datas[dev] = data
-		cfg := updateConfig(t, data, r, "mqtt:\n  broker: "+m.URL()+"\n  device: "+dev+"\n")
-		cmd := exec.Command(binPath, "start", "--config", cfg)
-		if dev == "dev-b" {
-			cmd = exec.Command("env", "OPENSTARRY_FAULT=crash_boot", binPath, "start", "--config", cfg)
-		}
-		c := startChildCmd(t, cmd)
-		c.waitLog("boot complete", 30*time.Second)
-		c.waitLog("mqtt: connected to "+m.URL(), 10*time.Second)
-	}
+	datas := startUpdateDevices(t, r, m.URL(), "dev-a", "dev-b", "dev-c")
 	out, code := runCLI(t, "fleet", "update", "--broker", m.URL(), "--key", r.key, "--stages", "1,100%",
 		"--url", srv.URL+"/new/"+name, "--rollback-url", srv.URL+"/prev/"+name, "--timeout", "5m")
 	t.Logf("fleet update:\n%s", out)

@@ -171,6 +171,27 @@ func TestUpdateCLI(t *testing.T) {
 	}
 }
 
+// startUpdateDevices starts a daemon per device on the hub at broker, each
+// set up to update from r; on dev-b the new version crash-loops at boot
+// (OPENSTARRY_FAULT=crash_boot). It returns each device's data directory.
+func startUpdateDevices(t *testing.T, r testRelease, broker string, devs ...string) map[string]string {
+	t.Helper()
+	datas := map[string]string{}
+	for _, dev := range devs {
+		data := dataDir(t)
+		datas[dev] = data
+		cfg := updateConfig(t, data, r, "mqtt:\n  broker: "+broker+"\n  device: "+dev+"\n")
+		cmd := exec.Command(binPath, "start", "--config", cfg)
+		if dev == "dev-b" {
+			cmd = exec.Command("env", "OPENSTARRY_FAULT=crash_boot", binPath, "start", "--config", cfg)
+		}
+		c := startChildCmd(t, cmd)
+		c.waitLog("boot complete", 30*time.Second)
+		c.waitLog("mqtt: connected to "+broker, 10*time.Second)
+	}
+	return datas
+}
+
 // TestFleetUpdate: the hub's signed update command switches dev-a to the
 // new version; dev-b, on which the new version crash-loops at boot, rolls
 // back by itself; both outcomes reach the hub as the command's second reply
@@ -183,19 +204,7 @@ func TestFleetUpdate(t *testing.T) {
 	url := srv.URL + "/" + filepath.Base(r.bin)
 	updates := mqtttest.Collect(t, m.URL(), "update-watch", true, "openstarry/+/update")
 
-	datas := map[string]string{}
-	for _, dev := range []string{"dev-a", "dev-b"} {
-		data := dataDir(t)
-		datas[dev] = data
-		cfg := updateConfig(t, data, r, "mqtt:\n  broker: "+m.URL()+"\n  device: "+dev+"\n")
-		cmd := exec.Command(binPath, "start", "--config", cfg)
-		if dev == "dev-b" {
-			cmd = exec.Command("env", "OPENSTARRY_FAULT=crash_boot", binPath, "start", "--config", cfg)
-		}
-		c := startChildCmd(t, cmd)
-		c.waitLog("boot complete", 30*time.Second)
-		c.waitLog("mqtt: connected to "+m.URL(), 10*time.Second)
-	}
+	datas := startUpdateDevices(t, r, m.URL(), "dev-a", "dev-b")
 	send := func(dev string) (string, int) {
 		return runCLI(t, "fleet", "command", "--broker", m.URL(), "--device", dev, "--key", r.key,
 			"--url", url, "--timeout", "3m", "update")

@@ -18,11 +18,10 @@ import (
 
 var webhookRe = regexp.MustCompile(`webhook listener on (http://[0-9.:]+/hooks/[a-z0-9_-]+)`)
 
-// A webhook listener started from the template takes a signed delivery once
-// (its redelivery is the same task), refuses a bad signature with 401 and a
-// log line, and the task runs in the agent like any other.
-func TestWebhookListener(t *testing.T) {
-	data := t.TempDir()
+// hookedTemplate writes the template of an echo agent with a webhook
+// listener "forge" whose secret is in FORGE_SECRET (set to s3cret).
+func hookedTemplate(t *testing.T) string {
+	t.Helper()
 	tmpl := filepath.Join(t.TempDir(), "hooked.json")
 	if err := os.WriteFile(tmpl, []byte(`{
   "name": "hooked", "version": "1.0.0", "role": "master",
@@ -33,6 +32,15 @@ func TestWebhookListener(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("FORGE_SECRET", "s3cret")
+	return tmpl
+}
+
+// A webhook listener started from the template takes a signed delivery once
+// (its redelivery is the same task), refuses a bad signature with 401 and a
+// log line, and the task runs in the agent like any other.
+func TestWebhookListener(t *testing.T) {
+	data := t.TempDir()
+	tmpl := hookedTemplate(t)
 	c := startChild(t, true, "run", "--agent", "hook", "--template", tmpl, "--data", data, "--listen", "127.0.0.1:0", "--no-mqtt")
 	base := c.url()
 	m := webhookRe.FindStringSubmatch(c.logs())
