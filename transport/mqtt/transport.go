@@ -116,11 +116,11 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		cfg.NoDeviceStatus = owned
 	}
 	if !cfg.NoFleet {
-		newClaims, err := claimsFactory()
+		makeClaims, err := claimsFactory()
 		if err != nil {
 			return err
 		}
-		claims, err := newClaims(cfg)
+		claims, err := makeClaims(cfg)
 		if err != nil {
 			return err
 		}
