@@ -167,3 +167,46 @@ func TestOtherPlatforms(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreNoSQL keeps SQL out of core/: no package under core/ may link
+// database/sql or the SQLite driver (modernc.org/sqlite), directly or
+// through what it imports, except those that do today. Issue #31's plan
+// moves session continuity's SQLite store (core/session's store.go,
+// files.go, persist.go and internal/sqlitedb) under storage/, registered
+// like the snapshot stores, and has the daemon get it injected; then both
+// exceptions go and this list is empty. Until then no new one may appear.
+func TestCoreNoSQL(t *testing.T) {
+	const mod = "github.com/openstarry/openstarry-edge/"
+	allowed := map[string]string{
+		mod + "core/session": "the session store (SQLite): to move to storage/ (#31)",
+		mod + "core/daemon":  "opens sessions.db through core/session: to get the store injected (#31)",
+	}
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "../../core/...").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) < 20 {
+		t.Fatalf("go list ../../core/... listed %d packages: %s", len(lines), out)
+	}
+	seen := map[string]bool{}
+	for _, line := range lines {
+		f := strings.Fields(line)
+		pkg, deps := f[0], f[1:]
+		for _, d := range deps {
+			if d != "database/sql" && d != "modernc.org/sqlite" && !strings.HasPrefix(d, "modernc.org/sqlite/") {
+				continue
+			}
+			if _, ok := allowed[pkg]; ok {
+				seen[pkg] = true
+				continue
+			}
+			t.Errorf("%s depends on %s: SQL belongs under storage/ (issue #31), not core/", pkg, d)
+		}
+	}
+	for pkg, why := range allowed {
+		if !seen[pkg] {
+			t.Errorf("%s no longer depends on SQL (%s): remove it from TestCoreNoSQL's exceptions", pkg, why)
+		}
+	}
+}

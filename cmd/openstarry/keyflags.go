@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/pflag"
 
 	"github.com/openstarry/openstarry-edge/core/config"
@@ -57,4 +58,48 @@ func bindKeyString(fl *pflag.FlagSet, p *string, name, help string) {
 		help = k.Doc
 	}
 	fl.StringVar(p, k.Flag, envOr(k.Env, k.Default), help+" (env "+k.Env+")")
+}
+
+// envAliases are environment variables a command read before its flag took
+// its variable from the key table: each is still read, when the key's own
+// variable is not set, and its use is logged as deprecated
+// (warnDeprecatedEnv). docs/cli.md lists them.
+var envAliases = []struct {
+	old, key, flag string // the old variable, the key now naming it, the flag it sets
+}{
+	{"OPENSTARRY_API_TOKEN", "http.token", "token"}, // `openstarry run --token`: the same setting as the daemon's http.token
+}
+
+// bindKeyEnv adds the string flag called flag, bound to p, for the key
+// called name whose flag is not the table's (http.token is the daemon's
+// setting; `run --token` is the same one for a lone agent): its default and
+// environment variable are the key's, or a deprecated alias's
+// (envAliases) when the key's variable is not set.
+func bindKeyEnv(fl *pflag.FlagSet, p *string, name, flag, help string) {
+	k, ok := config.Lookup(name)
+	if !ok || k.Type() != "string" {
+		panic("bindKeyEnv: " + name + " is not a string key")
+	}
+	def := envOr(k.Env, k.Default)
+	for _, a := range envAliases {
+		if a.key == name && a.flag == flag && os.Getenv(k.Env) == "" {
+			def = envOr(a.old, def)
+		}
+	}
+	fl.StringVar(p, flag, def, help+" (env "+k.Env+")")
+}
+
+// warnDeprecatedEnv logs each deprecated variable (envAliases) that gave a
+// flag of fl its value: set, the key's own variable not set, and the flag
+// not given.
+func warnDeprecatedEnv(fl *pflag.FlagSet, log zerolog.Logger) {
+	for _, a := range envAliases {
+		k, _ := config.Lookup(a.key)
+		f := fl.Lookup(a.flag)
+		if f == nil || f.Changed || os.Getenv(k.Env) != "" || os.Getenv(a.old) == "" {
+			continue
+		}
+		log.Warn().Str("variable", a.old).Str("use", k.Env).
+			Msgf("%s is deprecated: set %s instead (the same setting, named as in the configuration's key table); %s still works for now", a.old, k.Env, a.old)
+	}
 }

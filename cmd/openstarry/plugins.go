@@ -14,6 +14,7 @@ import (
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
 	_ "github.com/openstarry/openstarry-edge/transport/broker"
+	_ "github.com/openstarry/openstarry-edge/transport/fleet" // fleet claims: without them an agent taking fleet tasks does not start
 	_ "github.com/openstarry/openstarry-edge/transport/httpget"
 	_ "github.com/openstarry/openstarry-edge/transport/llm"
 	_ "github.com/openstarry/openstarry-edge/transport/mqtt"

@@ -57,6 +57,7 @@ func init() {
 		Short: "Run one agent in the foreground, without a daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			warnDeprecatedEnv(cmd.Flags(), logger())
 			return runAgent(cmd.Context(), f)
 		},
 	}
@@ -64,7 +65,7 @@ func init() {
 	fl.StringVar(&f.agent, "agent", envOr("OPENSTARRY_AGENT", ""), "agent id (env OPENSTARRY_AGENT)")
 	fl.StringVar(&f.template, "template", envOr("OPENSTARRY_TEMPLATE", "echo"), "template name or path to a template .json (env OPENSTARRY_TEMPLATE)")
 	fl.StringVar(&f.listen, "listen", envOr("OPENSTARRY_LISTEN", "127.0.0.1:7777"), "HTTP listen address; empty disables HTTP (env OPENSTARRY_LISTEN)")
-	fl.StringVar(&f.token, "token", envOr("OPENSTARRY_API_TOKEN", ""), "bearer token required for HTTP requests from off loopback (env OPENSTARRY_API_TOKEN)")
+	bindKeyEnv(fl, &f.token, "http.token", "token", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)
 	rootCmd.AddCommand(cmd)
 }
@@ -97,7 +98,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 		return fmt.Errorf("--agent: %w", err)
 	}
 	if f.listen != "" && f.token == "" && !loopbackAddr(f.listen) {
-		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_API_TOKEN) so the API is not open to the network", f.listen)
+		return fmt.Errorf("--listen %s is not a loopback address: set --token (or OPENSTARRY_HTTP_TOKEN) so the API is not open to the network", f.listen)
 	}
 	if f.token != "" && len(f.token) < config.MinTokenLen {
 		return fmt.Errorf("--token is too short: at least %d characters are required, it has %d (make one with: openssl rand -hex 16)", config.MinTokenLen, len(f.token))

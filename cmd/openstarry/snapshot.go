@@ -30,8 +30,8 @@ type snapshotFlags struct {
 func (f *snapshotFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", "agent id")
-	fl.StringVar(&f.data, "data", envOr("OPENSTARRY_DATA", "./data"), "data directory (env OPENSTARRY_DATA)")
-	fl.StringVar(&f.store, "store", envOr("OPENSTARRY_STORE", ""), "store URL; default bbolt:// under the data directory (env OPENSTARRY_STORE)")
+	bindKeyString(fl, &f.data, "data", "data directory")
+	bindKeyString(fl, &f.store, "store", "store URL; default bbolt:// under the data directory")
 	_ = cmd.MarkFlagRequired("agent")
 }
 
@@ -195,7 +195,7 @@ func init() {
 	mf := migrateCmd.Flags()
 	mf.StringVar(&from, "from", "", "source store URL")
 	mf.StringVar(&to, "to", "", "destination store URL")
-	mf.StringVar(&data, "data", envOr("OPENSTARRY_DATA", "./data"), "data directory, for URLs without a path (env OPENSTARRY_DATA)")
+	bindKeyString(mf, &data, "data", "data directory, for URLs without a path")
 	_ = migrateCmd.MarkFlagRequired("from")
 	_ = migrateCmd.MarkFlagRequired("to")
 

@@ -19,9 +19,8 @@ func init() {
 	rootCmd.AddCommand(newTemplatesCmd())
 }
 
-// templateValidator is the one place the CLI builds its template Validator.
-// A nil KnownTool accepts design.BuiltinTools(); when the tool registry
-// covers every built-in, pass its lookup here.
+// templateValidator is the one place the CLI builds its template Validator:
+// the tool registry (every tool of plugins.go) names the known tools.
 func templateValidator() design.Validator {
 	return design.Validator{KnownTool: tool.Known, ToolDefinition: func(name string) (design.ModelTool, bool) {
 		t, err := tool.Lookup(name)

@@ -145,18 +145,27 @@ type Config struct {
 	AfterSave  func(s *Snapshot)
 }
 
+// The defaults of a template's limits (core/design's Limits takes them
+// from here): the runtime applies them to a zero Config field, the design
+// layer to a zero field of a template's limits.
+const (
+	DefaultMaxSteps    = 8                // brain steps per task
+	DefaultMaxQueue    = 10000            // queued events before Submit fails with ErrQueueFull
+	DefaultToolTimeout = 30 * time.Second // per tool call
+)
+
 func (c *Config) setDefaults() {
 	if c.MaxMessages <= 0 {
 		c.MaxMessages = 200
 	}
 	if c.MaxSteps <= 0 {
-		c.MaxSteps = 8
+		c.MaxSteps = DefaultMaxSteps
 	}
 	if c.MaxQueue <= 0 {
-		c.MaxQueue = 10000
+		c.MaxQueue = DefaultMaxQueue
 	}
 	if c.ToolTimeout <= 0 {
-		c.ToolTimeout = 30 * time.Second
+		c.ToolTimeout = DefaultToolTimeout
 	}
 	if c.RecentIDs <= 0 {
 		c.RecentIDs = 1024

@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
 )
 
 // Config is the daemon's whole configuration. The zero Config is not
@@ -552,7 +554,7 @@ func (c *Config) Validate() error {
 	if c.Supervise.CrashloopRestarts < 1 {
 		bad("supervise.crashloop_restarts", "must be at least 1")
 	}
-	if !validID(c.Master.Agent) {
+	if agent.ValidateID(c.Master.Agent) != nil {
 		bad("master.agent", "%q is not an agent id (letters, digits, - _ . :)", c.Master.Agent)
 	}
 	if !validTemplateName(c.Master.Template) {
@@ -636,20 +638,6 @@ func CheckBrokerListen(listen, username string) error {
 	return fmt.Errorf("%s is not a loopback address, and this device's agents connect to the embedded broker there: "+
 		"it admits clients without a user name only from loopback, so they would be refused. Listen on 0.0.0.0:%s "+
 		"(the agents then connect over 127.0.0.1), or set mqtt.username and mqtt.password to a user of mqtt.broker_users", listen, port)
-}
-
-// validID mirrors agent.ValidateID (this package stays free of the kernel).
-func validID(id string) bool {
-	if id == "" || len(id) > 128 || id[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
 }
 
 // validTemplateName mirrors design.ValidName.

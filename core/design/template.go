@@ -6,6 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
 )
 
 // Roles of a template.
@@ -124,12 +127,13 @@ type Limits struct {
 	MaxQueue      int `json:"max_queue,omitempty"`       // queued events before new ones are refused; default 10,000
 }
 
-// Defaults for zero Limits fields.
+// Defaults for zero Limits fields. Those the runtime also applies are
+// core/agent's, defined there once.
 const (
-	DefaultMaxSteps      = 8
+	DefaultMaxSteps      = agent.DefaultMaxSteps
 	DefaultMaxTaskBytes  = 256 << 10
-	DefaultToolTimeoutMs = 30000
-	DefaultMaxQueue      = 10000
+	DefaultToolTimeoutMs = int(agent.DefaultToolTimeout / time.Millisecond)
+	DefaultMaxQueue      = agent.DefaultMaxQueue
 )
 
 // WithDefaults returns l with zero fields set to their defaults.

@@ -6,31 +6,29 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sort"
 	"strings"
+
+	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 // MaxTemplateBytes is the largest template accepted from a file, the cache or
 // the design layer.
 const MaxTemplateBytes = 1 << 20
 
-// builtinTools are the tools accepted when Validator.KnownTool is nil.
-var builtinTools = []string{"file_append", "file_read", "file_write", "http_get", "sleep_ms", "agent_manager", "approval_request", "approach_record", "task_update",
-	"memory_store", "memory_search", "memory_delete"}
-
-// BuiltinTools returns the tool names accepted when no tool registry is
-// given: file_append, file_read, file_write, http_get, sleep_ms,
-// agent_manager, approval_request, approach_record, memory_store,
-// memory_search, memory_delete.
-func BuiltinTools() []string { return slices.Clone(builtinTools) }
+// BuiltinTools returns the tool names the zero Validator accepts: those of
+// the tool registry (core/tool) of this process, sorted. The registry is the
+// one list: a tool registers itself from its own package (the file and
+// memory tools from core/tool, http_get from transport/httpget, the
+// daemon's tools from core/daemon/agenttool), and the binary links them all.
+func BuiltinTools() []string { return tool.Names() }
 
 // Validator checks templates against template.schema.json and the rules a
 // schema cannot state. The zero Validator accepts the built-in tools. A
 // Validator is a value and safe for concurrent use.
 type Validator struct {
 	// KnownTool reports whether the tool registry has a tool of this name.
-	// Nil accepts the names BuiltinTools returns.
+	// Nil asks the tool registry (tool.Known), as BuiltinTools lists it.
 	KnownTool func(name string) (ok bool)
 	// ToolDefinition returns a tool's definition as a model is offered it,
 	// for the bounds of ModelToolProblems. Nil checks only the number of
@@ -42,7 +40,7 @@ func (v Validator) knownTool(name string) bool {
 	if v.KnownTool != nil {
 		return v.KnownTool(name)
 	}
-	return slices.Contains(builtinTools, name)
+	return tool.Known(name)
 }
 
 // Validate checks one template on its own: JSON syntax, the schema, known

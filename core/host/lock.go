@@ -14,8 +14,13 @@ import (
 var ErrAgentRunning = errors.New("agent is already running")
 
 // AgentLock is the one-process-per-agent guard for every store: an
-// exclusive lock on DATA/agents/{id}/agent.lock, held for the life of the
-// process and released by the kernel when the process dies, however it dies.
+// exclusive lock on DATA/agents/{id}/agent.lock, taken by Run before
+// anything else starts, held for the life of the process and released by
+// the kernel when the process dies, however it dies. This comment is the
+// one description of the guard; a store's own lock (bbolt's flock on
+// state.db, answered with plugin.ErrLocked) is a second line behind it, for
+// that store only, which also stops a process that opens the store without
+// Run (`openstarry snapshot`).
 type AgentLock struct{ f *os.File }
 
 // LockAgent takes the agent's lock without waiting.

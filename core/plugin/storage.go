@@ -15,8 +15,9 @@ var (
 	// Storage.Load reports a missing agent as (nil, nil) instead.
 	ErrNotFound = agent.ErrNotFound
 
-	// ErrLocked is returned when another process holds the agent's store.
-	// It is the one-process-per-agent guard.
+	// ErrLocked is returned when another process holds the agent's store:
+	// a store's own lock, a second line behind the one-process-per-agent
+	// guard (core/host's AgentLock).
 	ErrLocked = errors.New("store is locked by another process")
 
 	// ErrCorrupt is returned by Load when no stored generation of the

@@ -11,6 +11,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
@@ -113,7 +114,7 @@ func DecodeCreateRequest(r io.Reader) (*CreateRequest, error) {
 		if !taskTypeRe().MatchString(t.Type) {
 			return nil, fmt.Errorf("%w: tasks[%d].type %q: want a lower-case letter then up to 31 lower-case letters or digits", ErrBadRequest, i, clipID(t.Type))
 		}
-		if t.AssignedTo != "" && !agentIDOK(t.AssignedTo) {
+		if t.AssignedTo != "" && agent.ValidateID(t.AssignedTo) != nil {
 			return nil, fmt.Errorf("%w: tasks[%d].assigned_to %q: not an agent id", ErrBadRequest, i, clipID(t.AssignedTo))
 		}
 		if len(t.Input) > 0 && !json.Valid(t.Input) {
@@ -131,21 +132,6 @@ func DecodeCreateRequest(r io.Reader) (*CreateRequest, error) {
 		}
 	}
 	return &req, nil
-}
-
-// agentIDOK is the agent id rule (agent.ValidateID), repeated here so that
-// this package needs nothing of the kernel.
-func agentIDOK(id string) bool {
-	if id == "" || len(id) > 128 || id[0] == '.' {
-		return false
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.' || c == ':') {
-			return false
-		}
-	}
-	return true
 }
 
 // Decision is the body of POST /approvals/{id}.

@@ -15,9 +15,12 @@
 //
 // bbolt takes an exclusive flock on a file it opens for writing, and this
 // package keeps an agent's file open, and so locked, from its first use
-// until Close. That lock is OpenStarry's one-process-per-agent guard: while
-// one process runs an agent, any other process that opens the same agent's
-// store fails, after Options.LockTimeout (100ms by default), with an error
+// until Close. That lock is a second line behind OpenStarry's
+// one-process-per-agent guard, core/host's AgentLock (described there), and
+// also stops a process that opens the store without it (`openstarry
+// snapshot`): while one process holds an agent's file, any other process
+// that opens the same agent's store fails, after Options.LockTimeout (100ms
+// by default), with an error
 // wrapping plugin.ErrLocked that reads
 //
 //	agent "X" is already running: its store DIR/X/state.db is locked by another process

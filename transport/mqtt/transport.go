@@ -43,6 +43,11 @@ func openTransport(c *config.Config, env plugin.TransportEnv) (plugin.Transport,
 		MaxTaskBytes: env.MaxTaskBytes, Version: env.Version, Log: env.Log,
 		StateDir: filepath.Join(env.DataDir, "agents", env.AgentID),
 	}}
+	if !t.cfg.NoFleet {
+		if _, err := claimsFactory(); err != nil {
+			return nil, err
+		}
+	}
 	check := t.cfg
 	if m.Broker == "" {
 		if m.CA != "" || m.Cert != "" || m.Key != "" {
@@ -113,8 +118,12 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		}
 		cfg.NoDeviceStatus = owned
 	}
-	if !cfg.NoFleet && newClaims != nil {
-		claims, err := newClaims(cfg)
+	if !cfg.NoFleet {
+		makeClaims, err := claimsFactory()
+		if err != nil {
+			return err
+		}
+		claims, err := makeClaims(cfg)
 		if err != nil {
 			return err
 		}
