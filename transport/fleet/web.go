@@ -21,7 +21,9 @@ import (
 //	GET  /fleet         the devices on the hub, from their retained status
 //	                    and telemetry: {"hub", "devices": [DeviceView]}
 //	POST /fleet/tasks   publish a task (the task JSON) on the fleet topic:
-//	                    202 {"task_id", "status": "published", "topic"}
+//	                    202 {"task_id", "status": "published", "topic"};
+//	                    then, in the background, publish it again every
+//	                    Republish while no device has claimed it
 //
 // Both use the daemon's hub connection settings (mqtt.broker and its
 // credentials: the hub's ACL decides what they may read and publish).
@@ -37,7 +39,17 @@ type WebOptions struct {
 	// Collect is how long a view reads the retained messages; default
 	// 700ms. Fresh is how long a view is served again; default 2s.
 	Collect, Fresh time.Duration
+	// Republish is how long a fleet task published here may go unclaimed
+	// before it is published again (a device that is down keeps its share
+	// of the fleet topic); default mqtt.DefaultRepublish. RepublishFor is
+	// how long the daemon keeps trying, the task's deadline permitting;
+	// default DefaultRepublishFor.
+	Republish, RepublishFor time.Duration
 }
+
+// DefaultRepublishFor is how long the fleet view publishes an unclaimed
+// fleet task again.
+const DefaultRepublishFor = 10 * time.Minute
 
 // Web serves GET /fleet and POST /fleet/tasks, and passes every other
 // request to next.
@@ -53,6 +65,12 @@ func Web(o WebOptions, next http.Handler) http.Handler {
 	}
 	if o.Dial.Timeout <= 0 {
 		o.Dial.Timeout = 10 * time.Second
+	}
+	if o.Republish <= 0 {
+		o.Republish = mqtt.DefaultRepublish
+	}
+	if o.RepublishFor <= 0 {
+		o.RepublishFor = DefaultRepublishFor
 	}
 	v := &webView{o: o}
 	mux := http.NewServeMux()
@@ -136,11 +154,44 @@ func (v *webView) task(w http.ResponseWriter, r *http.Request) {
 		httpx.Error(w, http.StatusBadRequest, code, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), v.o.Dial.Timeout)
-	defer cancel()
+	// The task is published, then watched until a device claims it, by a
+	// goroutine that outlives the request: the answer comes once the
+	// first copy is published.
+	ctx, cancel := context.WithTimeout(context.Background(), v.o.RepublishFor)
+	published, ended := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
 	d := v.o.Dial
-	_, err = mqtt.SendTask(ctx, mqtt.SendOptions{Broker: d.Broker, Username: d.Username, Password: d.Password,
-		CAFile: d.CAFile, CertFile: d.CertFile, KeyFile: d.KeyFile, TopicPrefix: v.o.Prefix, Fleet: true, Timeout: d.Timeout}, body)
+	log := v.o.Log.With().Str("task", t.TaskID).Logger()
+	go func() {
+		defer cancel()
+		_, err := mqtt.SendTask(ctx, mqtt.SendOptions{Broker: d.Broker, Username: d.Username, Password: d.Password,
+			CAFile: d.CAFile, CertFile: d.CertFile, KeyFile: d.KeyFile, TopicPrefix: v.o.Prefix, Fleet: true,
+			Timeout: v.o.RepublishFor, Republish: v.o.Republish,
+			Published: func() { once.Do(func() { close(published) }) },
+			Notice:    func(msg string) { log.Warn().Msg("fleet view: " + msg) }}, body)
+		select {
+		case <-published:
+			if err != nil {
+				log.Warn().Err(err).Msg("fleet view: the fleet task was published, then not again")
+			}
+		default:
+		}
+		ended <- err
+	}()
+	// Connecting is bounded by Dial.Timeout, and the check that the hub
+	// took the publication by 10 s.
+	limit := time.NewTimer(v.o.Dial.Timeout + 10*time.Second)
+	defer limit.Stop()
+	select {
+	case <-published:
+	case err = <-ended: // nil: published, and claimed already
+	case <-limit.C:
+		cancel()
+		err = fmt.Errorf("no answer within %s", v.o.Dial.Timeout+10*time.Second)
+	case <-r.Context().Done():
+		cancel()
+		err = r.Context().Err()
+	}
 	if err != nil {
 		v.o.Log.Warn().Err(err).Str("task", t.TaskID).Msg("fleet view: task not published")
 		httpx.Error(w, http.StatusBadGateway, "hub_unreachable", fmt.Sprintf("publishing to the hub %s: %v", v.hub(), err))
