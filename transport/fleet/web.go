@@ -51,6 +51,10 @@ type WebOptions struct {
 // fleet task again.
 const DefaultRepublishFor = 10 * time.Minute
 
+// MaxWatched bounds the fleet tasks the view watches at once (each on a
+// hub connection of its own): beyond, a task is published once, logged.
+const MaxWatched = 64
+
 // Web serves GET /fleet and POST /fleet/tasks, and passes every other
 // request to next.
 func Web(o WebOptions, next http.Handler) http.Handler {
@@ -72,7 +76,7 @@ func Web(o WebOptions, next http.Handler) http.Handler {
 	if o.RepublishFor <= 0 {
 		o.RepublishFor = DefaultRepublishFor
 	}
-	v := &webView{o: o}
+	v := &webView{o: o, watched: make(chan struct{}, MaxWatched)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /fleet", v.devices)
 	mux.HandleFunc("POST /fleet/tasks", v.task)
@@ -89,7 +93,8 @@ func Web(o WebOptions, next http.Handler) http.Handler {
 }
 
 type webView struct {
-	o WebOptions
+	o       WebOptions
+	watched chan struct{} // a token per fleet task watched until claimed
 
 	mu   sync.Mutex // one collection at a time; guards the fields below
 	at   time.Time
@@ -162,11 +167,21 @@ func (v *webView) task(w http.ResponseWriter, r *http.Request) {
 	var once sync.Once
 	d := v.o.Dial
 	log := v.o.Log.With().Str("task", t.TaskID).Logger()
+	republish := v.o.Republish
+	select {
+	case v.watched <- struct{}{}:
+	default:
+		republish = -1
+		log.Warn().Int("max", MaxWatched).Msg("fleet view: too many fleet tasks unclaimed at once; this one is published once, not again")
+	}
 	go func() {
 		defer cancel()
+		if republish > 0 {
+			defer func() { <-v.watched }()
+		}
 		_, err := mqtt.SendTask(ctx, mqtt.SendOptions{Broker: d.Broker, Username: d.Username, Password: d.Password,
 			CAFile: d.CAFile, CertFile: d.CertFile, KeyFile: d.KeyFile, TopicPrefix: v.o.Prefix, Fleet: true,
-			Timeout: v.o.RepublishFor, Republish: v.o.Republish,
+			Timeout: v.o.RepublishFor, Republish: republish,
 			Published: func() { once.Do(func() { close(published) }) },
 			Notice:    func(msg string) { log.Warn().Msg("fleet view: " + msg) }}, body)
 		select {
