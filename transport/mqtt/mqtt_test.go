@@ -575,3 +575,31 @@ func TestMQTTSendFleetRepublish(t *testing.T) {
 		t.Fatalf("r2 published %d times, r3 %d: want once each", copies("r2"), copies("r3"))
 	}
 }
+
+// TestMQTTSendFleetClaimsUnreadable: on a Mosquitto whose ACL lets the
+// sender publish fleet tasks but not read the claims, Mosquitto accepts the
+// subscription to the claim topic and delivers nothing on it (it does not
+// refuse it in the SUBACK): the task looks unclaimed, so the sender
+// publishes it every Republish until Timeout, then says it was not claimed.
+func TestMQTTSendFleetClaimsUnreadable(t *testing.T) {
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("topic readwrite openstarry/fleet/tasks\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"acl_file " + acl}})
+	col := mqtttest.Collect(t, m.URL(), "fleet-copies", true, mqtt.FleetTopic("openstarry"))
+	var notices []string
+	var mu sync.Mutex
+	o := mqtt.SendOptions{Broker: m.URL(), Fleet: true, Timeout: 4 * time.Second, Republish: 500 * time.Millisecond,
+		Notice: func(s string) { mu.Lock(); notices = append(notices, s); mu.Unlock() }}
+	if _, err := mqtt.SendTask(context.Background(), o, task("q1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the copies", func() bool { return len(col.Messages("")) >= 2 })
+	wait.Settle(t, 600*time.Millisecond, "a late copy would be here by now")
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(col.Messages("")); n < 2 || n > 9 || !strings.Contains(strings.Join(notices, "\n"), "fleet task q1 published, not claimed by any device within 4s") {
+		t.Fatalf("%d copies (want 2 to 9: one every 500ms for at most 4s), notices %q", n, notices)
+	}
+}

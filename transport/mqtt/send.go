@@ -117,8 +117,13 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 		if o.Republish == 0 {
 			o.Republish = DefaultRepublish
 		}
-		if claimed, err = watchClaim(ctx, pc, FleetClaimTopic(o.TopicPrefix, t.TaskID), t.TaskID, o.Timeout); err != nil {
+		ct := FleetClaimTopic(o.TopicPrefix, t.TaskID)
+		if claimed, err = watchClaim(ctx, pc, ct, t.TaskID, o.Timeout); err != nil {
 			return nil, err
+		}
+		if claimed == nil && o.Notice != nil {
+			o.Notice(fmt.Sprintf("the hub refused the subscription to %s (%s may not read the claims): fleet task %s is published once, not again while unclaimed",
+				ct, userName(o.Username), t.TaskID))
 		}
 	}
 	verified, err := PublishChecked(ctx, pc, topic, task, o.Username, o.Timeout)
@@ -164,7 +169,8 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 }
 
 // watchClaim subscribes to a fleet task's claim topic: the channel is
-// closed when a claim of it is there (retained before, or made after).
+// closed when a claim of it is there (retained before, or made after). It
+// is nil when the hub refused the subscription.
 func watchClaim(ctx context.Context, pc paho.Client, topic, taskID string, timeout time.Duration) (chan struct{}, error) {
 	claimed := make(chan struct{})
 	var once sync.Once
@@ -179,6 +185,9 @@ func watchClaim(ctx context.Context, pc paho.Client, topic, taskID string, timeo
 	})
 	if err := waitToken(ctx, tok, timeout); err != nil {
 		return nil, fmt.Errorf("mqtt: subscribe %s: %w", topic, err)
+	}
+	if st, ok := tok.(*paho.SubscribeToken); ok && st.Result()[topic] > 2 {
+		return nil, nil
 	}
 	return claimed, nil
 }
