@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,8 +26,8 @@ import (
 
 // simDevice is one daemon of the fleet simulation.
 type simDevice struct {
-	id, cfg string
-	d       *child
+	id, cfg, data string
+	d             *child
 }
 
 // TestFleetSim: a fleet of real daemons (OPENSTARRY_FLEET_SIM_N, default 4;
@@ -36,7 +37,11 @@ type simDevice struct {
 // publishes 20 fleet tasks per device (OPENSTARRY_FLEET_SIM_TASKS) from one
 // client, then as many direct tasks per device, then as many fleet tasks per
 // device again while a fifth of
-// the devices are SIGKILLed at random instants and restarted. Every task
+// the devices are SIGKILLed at random instants and restarted, and one more
+// (with 3 devices or more) is down for good: SIGKILLed whole, daemon and
+// master, before them, and never restarted (its session keeps its share of
+// the fleet topic; the test publishes again, every 2 s, what no device
+// claimed, as task send --fleet does). Every task
 // runs exactly once fleet-wide (the claims and each agent's ledger decide:
 // every result of a task id names one execution, device and tick) and
 // every result reaches the hub. It prints the figures of docs/fleet.md.
@@ -105,7 +110,8 @@ func TestFleetSim(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range devs {
 		id := fmt.Sprintf("sim-%03d", i)
-		devs[i] = &simDevice{id: id, cfg: daemonConfig(t, dataDir(t), "mqtt:\n  broker: "+m.URL()+"\n  device: "+id+"\n  telemetry_interval: 5s\n")}
+		data := dataDir(t)
+		devs[i] = &simDevice{id: id, data: data, cfg: daemonConfig(t, data, "mqtt:\n  broker: "+m.URL()+"\n  device: "+id+"\n  telemetry_interval: 5s\n")}
 		devs[i].d = startChild(t, false, "start", "--config", devs[i].cfg)
 	}
 	for _, d := range devs {
@@ -231,9 +237,18 @@ func TestFleetSim(t *testing.T) {
 		rss += treeRSS(t, d.d.cmd.Process.Pid)
 	}
 
-	// Fleet tasks while a fifth of the devices are SIGKILLed and restarted.
+	// Fleet tasks while a fifth of the devices are SIGKILLed and restarted,
+	// and one more is down for good.
 	kills := max(1, n/5)
-	victims := rand.Perm(n)[:kills]
+	perm := rand.Perm(n)
+	victims := perm[:kills]
+	dead, down := "", 0
+	if n >= 3 {
+		d := devs[perm[kills]]
+		dead, down = d.id, 1
+		killWhole(t, d)
+	}
+	rp := newRepublisher(t, pub, 2*time.Second)
 	tasks := ids("fk-")
 	var lastRestart time.Time
 	var kmu sync.Mutex
@@ -255,13 +270,17 @@ func TestFleetSim(t *testing.T) {
 	}
 	batches := 20
 	for b := range batches {
-		publish(mqtt.FleetTopic("openstarry"), tasks[b*len(tasks)/batches:(b+1)*len(tasks)/batches])
+		rp.publish(tasks[b*len(tasks)/batches : (b+1)*len(tasks)/batches])
 		time.Sleep(spread / time.Duration(batches))
 	}
 	kwg.Wait()
 	runAll("fk-", time.Duration(300+n*6)*time.Second)
 	converge := time.Since(lastRestart)
 	perKilled := checkOnce("fk-")
+	if dead != "" && perKilled[dead] > 0 {
+		t.Errorf("the device down for good, %s, ran %d fleet tasks", dead, perKilled[dead])
+	}
+	republished := rp.stop()
 
 	t.Logf("per device, fleet tasks without kills: %v", perFleet)
 	t.Logf("per device, fleet tasks with kills: %v", perKilled)
@@ -275,7 +294,8 @@ func TestFleetSim(t *testing.T) {
 		fmt.Sprintf("fleet tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", n*perDevice, fleetTook.Round(10*time.Millisecond),
 			float64(n*perDevice)/fleetTook.Seconds(), float64(fleetSent)/float64(n*perDevice)),
 		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
-		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted: %d, each run once; all results %s after the last restart", kills, len(tasks), converge.Round(10*time.Millisecond)),
+		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted, %d down for good: %d, each run once; %d published again (2s unclaimed); all results %s after the last restart",
+			kills, down, len(tasks), republished, converge.Round(10*time.Millisecond)),
 	}
 	if retained > 0 {
 		fig = append(fig, fmt.Sprintf("retained claims on the hub before the boot: %d (published in %s)", retained, retainedTook.Round(time.Second)))
@@ -344,4 +364,107 @@ func loadRetainedClaims(t *testing.T, url string, n int) time.Duration {
 	}
 	_ = last
 	return time.Since(start)
+}
+
+// killWhole SIGKILLs a device's daemon and master as a power cut does: the
+// daemon stopped first, so that it neither restarts its master nor lets
+// it leave the fleet group.
+func killWhole(t *testing.T, d *simDevice) {
+	t.Helper()
+	master, ok := agentInfo(daemonStatus(t, d.data), "master")
+	if !ok || master.PID == 0 {
+		t.Fatalf("%s has no master", d.id)
+	}
+	if err := d.d.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(master.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	d.d.kill()
+}
+
+// republisher publishes fleet tasks as task send --fleet does
+// (docs/fleet.md, A device that is down): it subscribes to the claim of
+// each task before publishing it, and publishes again, every interval,
+// the tasks no device has claimed yet.
+type republisher struct {
+	t      *testing.T
+	pc     paho.Client
+	done   chan struct{}
+	ended  chan struct{}
+	mu     sync.Mutex
+	open   map[string]bool // published, not claimed yet
+	copies int
+}
+
+func newRepublisher(t *testing.T, pc paho.Client, interval time.Duration) *republisher {
+	r := &republisher{t: t, pc: pc, done: make(chan struct{}), ended: make(chan struct{}), open: map[string]bool{}}
+	go func() {
+		defer close(r.ended)
+		tick := time.NewTicker(interval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-r.done:
+				return
+			case <-tick.C:
+			}
+			r.mu.Lock()
+			var again []string
+			for id := range r.open {
+				again = append(again, id)
+			}
+			r.copies += len(again)
+			r.mu.Unlock()
+			for _, id := range again {
+				r.pc.Publish(mqtt.FleetTopic("openstarry"), 1, false, mqttTask(id, id))
+			}
+		}
+	}()
+	t.Cleanup(func() { r.stop() })
+	return r
+}
+
+func (r *republisher) publish(ids []string) {
+	subs := map[string]byte{}
+	r.mu.Lock()
+	for _, id := range ids {
+		r.open[id] = true
+		subs[fleet.ClaimTopic("openstarry", id)] = 1
+	}
+	r.mu.Unlock()
+	tok := r.pc.SubscribeMultiple(subs, func(_ paho.Client, m paho.Message) {
+		var c fleet.Claim
+		if json.Unmarshal(m.Payload(), &c) == nil && c.Device != "" {
+			r.mu.Lock()
+			delete(r.open, c.TaskID)
+			r.mu.Unlock()
+		}
+	})
+	if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+		r.t.Fatalf("subscribe to the claims: %v", tok.Error())
+	}
+	toks := make([]paho.Token, 0, len(ids))
+	for _, id := range ids {
+		toks = append(toks, r.pc.Publish(mqtt.FleetTopic("openstarry"), 1, false, mqttTask(id, id)))
+	}
+	for _, tok := range toks {
+		if !tok.WaitTimeout(60*time.Second) || tok.Error() != nil {
+			r.t.Fatalf("publish: %v", tok.Error())
+		}
+	}
+}
+
+// stop ends the republishing and returns how many copies it published.
+func (r *republisher) stop() int {
+	select {
+	case <-r.done:
+	default:
+		close(r.done)
+	}
+	<-r.ended
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.copies
 }

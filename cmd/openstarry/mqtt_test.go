@@ -553,6 +553,10 @@ func TestTaskSend(t *testing.T) {
 		t.Fatalf("@file: exit %d out %q err %s", code, out, stderr)
 	}
 
+	if code, _, stderr := send("--fleet", "--input", "x", "--republish", "-1s"); code == 0 || !strings.Contains(stderr, "--republish must not be negative") {
+		t.Fatalf("--republish -1s: exit %d err %s", code, stderr)
+	}
+
 	// A failing task prints its result and exits 1.
 	code, out, _ = send("--agent", "ts", "--input", "too late", "--deadline", "-1m", "--wait")
 	if code != 1 || !strings.Contains(out, `"status":"failed"`) {

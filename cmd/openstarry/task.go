@@ -19,15 +19,16 @@ import (
 )
 
 type taskSendFlags struct {
-	mqtt     mqttFlags
-	agent    string
-	input    string
-	taskID   string
-	typ      string
-	deadline string
-	fleet    bool
-	wait     bool
-	timeout  time.Duration
+	mqtt      mqttFlags
+	agent     string
+	input     string
+	taskID    string
+	typ       string
+	deadline  string
+	fleet     bool
+	wait      bool
+	timeout   time.Duration
+	republish time.Duration
 }
 
 func init() {
@@ -45,7 +46,13 @@ func init() {
 --input is JSON when it parses as JSON, else it is sent as a JSON string;
 @FILE reads it from a file. With --wait the result is printed as JSON, and
 the exit status is 0 for "done", 1 for "failed" or "unknown_outcome" or no
-result within --timeout.`,
+result within --timeout.
+
+With --fleet, the task is published again every --republish (10s) while no
+device has claimed it, until one does, its deadline passes or --timeout ends:
+a device that is down keeps its share of the fleet topic, and the next copy
+goes to the next device (one task id runs once fleet-wide: the claim decides).
+Without --wait, the command returns once a device claimed the task.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return taskSend(cmd, f)
@@ -60,7 +67,8 @@ result within --timeout.`,
 	fl.StringVar(&f.deadline, "deadline", "", "deadline: RFC 3339 time, or a duration from now (10m); a task not started by then fails")
 	fl.BoolVar(&f.fleet, "fleet", false, "publish to the fleet topic (any agent of the fleet takes it)")
 	fl.BoolVar(&f.wait, "wait", false, "wait for the result and print it")
-	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the connection and, with --wait, the result")
+	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the connection and, with --wait, the result (with --fleet: for a device's claim)")
+	fl.DurationVar(&f.republish, "republish", mqtt.DefaultRepublish, "with --fleet: publish the task again after this long without a device's claim (0: never)")
 	taskCmd.AddCommand(send)
 	rootCmd.AddCommand(taskCmd)
 }
@@ -96,7 +104,13 @@ func taskSend(cmd *cobra.Command, f taskSendFlags) error {
 	o := mqtt.SendOptions{
 		Broker: orDefault(f.mqtt.broker, "tcp://"+broker.DefaultListen), Username: f.mqtt.username, Password: f.mqtt.password,
 		CAFile: f.mqtt.ca, CertFile: f.mqtt.cert, KeyFile: f.mqtt.key, TopicPrefix: f.mqtt.prefix,
-		Agent: f.agent, Fleet: f.fleet, Wait: f.wait, Timeout: f.timeout,
+		Agent: f.agent, Fleet: f.fleet, Wait: f.wait, Timeout: f.timeout, Republish: f.republish,
+		Notice: func(msg string) { fmt.Fprintln(cmd.ErrOrStderr(), "openstarry: "+msg) },
+	}
+	if f.republish == 0 {
+		o.Republish = -1 // never
+	} else if f.republish < 0 {
+		return errors.New("--republish must not be negative")
 	}
 	if !f.fleet {
 		if o.Device, err = f.mqtt.deviceID(); err != nil {

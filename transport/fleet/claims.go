@@ -18,7 +18,7 @@ import (
 )
 
 // ClaimTopic is where the claim of a fleet task is retained.
-func ClaimTopic(prefix, taskID string) string { return prefix + "/fleet/claims/" + taskID }
+func ClaimTopic(prefix, taskID string) string { return mqtt.FleetClaimTopic(prefix, taskID) }
 
 // Claim states.
 const (

@@ -21,7 +21,9 @@ import (
 //	GET  /fleet         the devices on the hub, from their retained status
 //	                    and telemetry: {"hub", "devices": [DeviceView]}
 //	POST /fleet/tasks   publish a task (the task JSON) on the fleet topic:
-//	                    202 {"task_id", "status": "published", "topic"}
+//	                    202 {"task_id", "status": "published", "topic"};
+//	                    then, in the background, publish it again every
+//	                    Republish while no device has claimed it
 //
 // Both use the daemon's hub connection settings (mqtt.broker and its
 // credentials: the hub's ACL decides what they may read and publish).
@@ -37,7 +39,21 @@ type WebOptions struct {
 	// Collect is how long a view reads the retained messages; default
 	// 700ms. Fresh is how long a view is served again; default 2s.
 	Collect, Fresh time.Duration
+	// Republish is how long a fleet task published here may go unclaimed
+	// before it is published again (a device that is down keeps its share
+	// of the fleet topic); default mqtt.DefaultRepublish. RepublishFor is
+	// how long the daemon keeps trying, the task's deadline permitting;
+	// default DefaultRepublishFor.
+	Republish, RepublishFor time.Duration
 }
+
+// DefaultRepublishFor is how long the fleet view publishes an unclaimed
+// fleet task again.
+const DefaultRepublishFor = 10 * time.Minute
+
+// MaxWatched bounds the fleet tasks the view watches at once (each on a
+// hub connection of its own): beyond, a task is published once, logged.
+const MaxWatched = 64
 
 // Web serves GET /fleet and POST /fleet/tasks, and passes every other
 // request to next.
@@ -54,7 +70,13 @@ func Web(o WebOptions, next http.Handler) http.Handler {
 	if o.Dial.Timeout <= 0 {
 		o.Dial.Timeout = 10 * time.Second
 	}
-	v := &webView{o: o}
+	if o.Republish <= 0 {
+		o.Republish = mqtt.DefaultRepublish
+	}
+	if o.RepublishFor <= 0 {
+		o.RepublishFor = DefaultRepublishFor
+	}
+	v := &webView{o: o, watched: make(chan struct{}, MaxWatched)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /fleet", v.devices)
 	mux.HandleFunc("POST /fleet/tasks", v.task)
@@ -71,7 +93,8 @@ func Web(o WebOptions, next http.Handler) http.Handler {
 }
 
 type webView struct {
-	o WebOptions
+	o       WebOptions
+	watched chan struct{} // a token per fleet task watched until claimed
 
 	mu   sync.Mutex // one collection at a time; guards the fields below
 	at   time.Time
@@ -136,11 +159,54 @@ func (v *webView) task(w http.ResponseWriter, r *http.Request) {
 		httpx.Error(w, http.StatusBadRequest, code, err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), v.o.Dial.Timeout)
-	defer cancel()
+	// The task is published, then watched until a device claims it, by a
+	// goroutine that outlives the request: the answer comes once the
+	// first copy is published.
+	ctx, cancel := context.WithTimeout(context.Background(), v.o.RepublishFor)
+	published, ended := make(chan struct{}), make(chan error, 1)
+	var once sync.Once
 	d := v.o.Dial
-	_, err = mqtt.SendTask(ctx, mqtt.SendOptions{Broker: d.Broker, Username: d.Username, Password: d.Password,
-		CAFile: d.CAFile, CertFile: d.CertFile, KeyFile: d.KeyFile, TopicPrefix: v.o.Prefix, Fleet: true, Timeout: d.Timeout}, body)
+	log := v.o.Log.With().Str("task", t.TaskID).Logger()
+	republish := v.o.Republish
+	select {
+	case v.watched <- struct{}{}:
+	default:
+		republish = -1
+		log.Warn().Int("max", MaxWatched).Msg("fleet view: too many fleet tasks unclaimed at once; this one is published once, not again")
+	}
+	go func() {
+		defer cancel()
+		if republish > 0 {
+			defer func() { <-v.watched }()
+		}
+		_, err := mqtt.SendTask(ctx, mqtt.SendOptions{Broker: d.Broker, Username: d.Username, Password: d.Password,
+			CAFile: d.CAFile, CertFile: d.CertFile, KeyFile: d.KeyFile, TopicPrefix: v.o.Prefix, Fleet: true,
+			Timeout: v.o.RepublishFor, Republish: republish,
+			Published: func() { once.Do(func() { close(published) }) },
+			Notice:    func(msg string) { log.Warn().Msg("fleet view: " + msg) }}, body)
+		select {
+		case <-published:
+			if err != nil {
+				log.Warn().Err(err).Msg("fleet view: the fleet task was published, then not again")
+			}
+		default:
+		}
+		ended <- err
+	}()
+	// Connecting is bounded by Dial.Timeout, and the check that the hub
+	// took the publication by 10 s.
+	limit := time.NewTimer(v.o.Dial.Timeout + 10*time.Second)
+	defer limit.Stop()
+	select {
+	case <-published:
+	case err = <-ended: // nil: published, and claimed already
+	case <-limit.C:
+		cancel()
+		err = fmt.Errorf("no answer within %s", v.o.Dial.Timeout+10*time.Second)
+	case <-r.Context().Done():
+		cancel()
+		err = r.Context().Err()
+	}
 	if err != nil {
 		v.o.Log.Warn().Err(err).Str("task", t.TaskID).Msg("fleet view: task not published")
 		httpx.Error(w, http.StatusBadGateway, "hub_unreachable", fmt.Sprintf("publishing to the hub %s: %v", v.hub(), err))

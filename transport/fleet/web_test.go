@@ -1,14 +1,22 @@
 package fleet
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // TestWebRoutes: without a hub the fleet view says so (404 no_hub); a task
@@ -44,5 +52,77 @@ func TestWebRoutes(t *testing.T) {
 				t.Fatalf("%d %s, want %d with %s", w.Code, w.Body.String(), tc.status, tc.want)
 			}
 		})
+	}
+}
+
+// TestWebFleetTaskDeadMember: the fleet group on a real Mosquitto holds a
+// member that is gone (a persistent session whose connection was cut: the
+// hub keeps queueing its share for it) and one that is alive and claims
+// what it gets with Claims. Fleet tasks posted to /fleet/tasks are all
+// claimed by the live member: the view publishes a task again while no
+// device has claimed it. Before, the hub's copies for the dead member were
+// all there was of them.
+func TestWebFleetTaskDeadMember(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	shared := "$share/openstarry/" + mqtt.FleetTopic("openstarry")
+	member := func(id string, handler paho.MessageHandler) paho.Client {
+		pc := paho.NewClient(paho.NewClientOptions().AddBroker(m.URL()).SetClientID(id).SetCleanSession(false).
+			SetProtocolVersion(4).SetAutoReconnect(false))
+		if tok := pc.Connect(); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("%s: %v", id, tok.Error())
+		}
+		if tok := pc.Subscribe(shared, 1, handler); !tok.WaitTimeout(10*time.Second) || tok.Error() != nil {
+			t.Fatalf("%s: %v", id, tok.Error())
+		}
+		return pc
+	}
+	// The dead member: its session stays in the group when it goes.
+	member("dead-member", func(paho.Client, paho.Message) {}).Disconnect(0)
+
+	claims, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "live", Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(claims.Close)
+	var mu sync.Mutex
+	won := map[string]int{}
+	live := member("live-member", func(_ paho.Client, msg paho.Message) {
+		var task struct {
+			TaskID string `json:"task_id"`
+		}
+		_ = json.Unmarshal(msg.Payload(), &task)
+		go func() {
+			if _, mine, err := claims.Claim(context.Background(), task.TaskID); err == nil && mine {
+				mu.Lock()
+				won[task.TaskID]++
+				mu.Unlock()
+			}
+		}()
+	})
+	t.Cleanup(func() { live.Disconnect(10) })
+
+	h := Web(WebOptions{Dial: mqtt.DialOptions{Broker: m.URL()}, Republish: 300 * time.Millisecond, Log: zerolog.New(zerolog.NewTestWriter(t))},
+		http.NotFoundHandler())
+	const n = 6
+	for i := range n {
+		r := httptest.NewRequest("POST", "/fleet/tasks", strings.NewReader(fmt.Sprintf(`{"task_id":"w-%d","input":"x"}`, i)))
+		r.RemoteAddr = "127.0.0.1:5"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusAccepted {
+			t.Fatalf("POST /fleet/tasks: %d %s", w.Code, w.Body.String())
+		}
+	}
+	wait.For(t, 60*time.Second, "the live member to claim every fleet task", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(won) == n
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for id, k := range won {
+		if k != 1 {
+			t.Fatalf("task %s claimed %d times by the live member", id, k)
+		}
 	}
 }

@@ -45,4 +45,9 @@
 //     many of them durable (group commit). Tasks that arrive within one
 //     commit window may be queued in a different order than they were
 //     published; tasks further apart keep their order.
+//   - A device that is down keeps its share of the fleet topic (its
+//     persistent session stays in the shared subscription's group). SendTask
+//     makes up for it: it publishes a fleet task again every
+//     SendOptions.Republish until a device's claim of it is retained on
+//     FleetClaimTopic (docs/fleet.md, "A device that is down").
 package mqtt

@@ -511,3 +511,95 @@ func TestMQTTSendTask(t *testing.T) {
 		t.Fatalf("no agent: %v", err)
 	}
 }
+
+// TestMQTTSendFleetRepublish: a fleet task no device claims is published
+// again every Republish until Timeout, and the sender is told; one whose
+// claim is retained already is published once and returns at once; a
+// negative Republish publishes once.
+func TestMQTTSendFleetRepublish(t *testing.T) {
+	b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	col := mqtttest.Collect(t, b.URL(), "fleet-copies", true, mqtt.FleetTopic("openstarry"))
+	copies := func(id string) int {
+		n := 0
+		for _, m := range col.Messages("") {
+			if strings.Contains(string(m.Payload), `"task_id":"`+id+`"`) {
+				n++
+			}
+		}
+		return n
+	}
+	var mu sync.Mutex
+	var notices []string
+	o := mqtt.SendOptions{Broker: b.URL(), Fleet: true, Timeout: 3 * time.Second, Republish: 200 * time.Millisecond,
+		Notice: func(m string) { mu.Lock(); notices = append(notices, m); mu.Unlock() }}
+	if _, err := mqtt.SendTask(context.Background(), o, task("r1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the copies to arrive", func() bool { return copies("r1") >= 3 })
+	mu.Lock()
+	got := strings.Join(notices, "\n")
+	mu.Unlock()
+	if !strings.Contains(got, "fleet task r1 was not claimed within 200ms: published") || !strings.Contains(got, "not claimed by any device within 3s") {
+		t.Fatalf("notices: %q", got)
+	}
+
+	// Claimed already (a retained claim): published once.
+	pc, err := mqtt.Dial(context.Background(), mqtt.DialOptions{Broker: b.URL(), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Disconnect(10)
+	if tok := pc.Publish(mqtt.FleetClaimTopic("openstarry", "r2"), 1, true,
+		`{"task_id":"r2","device":"d1","state":"running","expires":"2099-01-01T00:00:00Z","nonce":"1"}`); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatal(tok.Error())
+	}
+	o.Timeout = time.Minute
+	start := time.Now()
+	if _, err := mqtt.SendTask(context.Background(), o, task("r2", "x")); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 30*time.Second {
+		t.Fatalf("a claimed task kept its sender %s", took)
+	}
+	o.Republish, o.Timeout = -1, 2*time.Second
+	if _, err := mqtt.SendTask(context.Background(), o, task("r3", "x")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "r2 and r3 to arrive", func() bool { return copies("r2") >= 1 && copies("r3") >= 1 })
+	wait.Settle(t, 600*time.Millisecond, "a copy of r2 or r3 would be here by now")
+	if copies("r2") != 1 || copies("r3") != 1 {
+		t.Fatalf("r2 published %d times, r3 %d: want once each", copies("r2"), copies("r3"))
+	}
+}
+
+// TestMQTTSendFleetClaimsUnreadable: on a Mosquitto whose ACL lets the
+// sender publish fleet tasks but not read the claims, Mosquitto accepts the
+// subscription to the claim topic and delivers nothing on it (it does not
+// refuse it in the SUBACK): the task looks unclaimed, so the sender
+// publishes it every Republish until Timeout, then says it was not claimed.
+func TestMQTTSendFleetClaimsUnreadable(t *testing.T) {
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("topic readwrite openstarry/fleet/tasks\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"acl_file " + acl}})
+	col := mqtttest.Collect(t, m.URL(), "fleet-copies", true, mqtt.FleetTopic("openstarry"))
+	var notices []string
+	var mu sync.Mutex
+	o := mqtt.SendOptions{Broker: m.URL(), Fleet: true, Timeout: 4 * time.Second, Republish: 500 * time.Millisecond,
+		Notice: func(s string) { mu.Lock(); notices = append(notices, s); mu.Unlock() }}
+	if _, err := mqtt.SendTask(context.Background(), o, task("q1", "x")); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 10*time.Second, "the copies", func() bool { return len(col.Messages("")) >= 2 })
+	wait.Settle(t, 600*time.Millisecond, "a late copy would be here by now")
+	mu.Lock()
+	defer mu.Unlock()
+	if n := len(col.Messages("")); n < 2 || n > 9 || !strings.Contains(strings.Join(notices, "\n"), "fleet task q1 published, not claimed by any device within 4s") {
+		t.Fatalf("%d copies (want 2 to 9: one every 500ms for at most 4s), notices %q", n, notices)
+	}
+}
