@@ -266,6 +266,20 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
 	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
 		delete(c.pending, cl.Nonce)
+		if had && sameOwner(prev, cl) && prev.State == ClaimDone && now.Before(prev.Expires) {
+			// A copy of a task this agent already ran: its done claim
+			// holds, and is put back over the running one just made (a
+			// running claim holds only RunTTL for the others, after which
+			// a copy would run again elsewhere). The agent answers the
+			// copy from its stored result.
+			delete(c.seen, taskID)
+			restore := prev
+			restore.Restore = true
+			b, _ := json.Marshal(restore)
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+			ch <- claimWait{won: true, owner: cl.Device}
+			return
+		}
 		if holds {
 			ch <- claimWait{owner: prev.Device}
 			restore := prev

@@ -253,3 +253,49 @@ func TestClaimsTwoAgentsOneDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimOfDoneTaskKeepsDone: a copy of a task this device already ran
+// (a sender published it again, or the hub delivered it twice) is claimed
+// again by the same device: the claim says it is this device's, and the
+// retained claim stays done for its 24 hours. (The device overwrote its
+// done claim with a running one, which others take for 1 hour only: after
+// that a third copy ran the task again on another device.)
+func TestClaimOfDoneTaskKeepsDone(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if owner, mine, err := c.Claim(ctx, "again"); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("first claim: %s %v %v", owner, mine, err)
+	}
+	c.Done("again")
+	retained := func(label string) Claim {
+		t.Helper()
+		col := mqtttest.Collect(t, m.URL(), "look-"+label, true, ClaimTopic("openstarry", "again"))
+		var cl Claim
+		wait.For(t, 10*time.Second, "the retained claim ("+label+")", func() bool {
+			ms := col.Messages(ClaimTopic("openstarry", "again"))
+			return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &cl) == nil
+		})
+		return cl
+	}
+	if cl := retained("done"); cl.State != ClaimDone {
+		t.Fatalf("after Done: %+v", cl)
+	}
+	col := mqtttest.Collect(t, m.URL(), "watch", true, ClaimTopic("openstarry", "again"))
+	if owner, mine, err := c.Claim(ctx, "again"); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("claim of the copy: %s %v %v", owner, mine, err)
+	}
+	var last Claim
+	wait.For(t, 10*time.Second, "dev-a's done claim retained again after the copy's claim", func() bool {
+		ms := col.Messages(ClaimTopic("openstarry", "again"))
+		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &last) == nil && last.State == ClaimDone && last.Device == "dev-a"
+	})
+	if held, _ := c.Held(); held != 0 {
+		t.Errorf("the device keeps %d claims after the copy", held)
+	}
+}
