@@ -211,16 +211,7 @@ func TestTruncatedAndZeroed(t *testing.T) {
 // it hit. A damaged record still refuses (CorruptAll).
 func TestCorruptSharedElement(t *testing.T) {
 	dir := t.TempDir()
-	s := mustOpen(t, dir, Options{})
-	a := storagetest.Sample("shared", 1)
-	mustSave(t, s, a)
-	b := a.Clone()
-	b.TickIndex = 2
-	b.Memory.ShortTermHistory = append(b.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "new"})
-	mustSave(t, s, b)
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
+	_, b := twoGenerations(t, dir, "shared")
 	editBucket(t, filepath.Join(dir, "shared", FileName), func(bk *bolt.Bucket) {
 		first, ok := firstKey(bk, prefixHistory)
 		if !ok {
@@ -241,7 +232,7 @@ func TestCorruptSharedElement(t *testing.T) {
 		t.Fatalf("no error line:\n%s", logs)
 	}
 	// The next Save writes the lists whole; a restart loads it.
-	s = mustOpen(t, dir, Options{})
+	s := mustOpen(t, dir, Options{})
 	got, err := s.Load(ctx, "shared")
 	if err != nil {
 		t.Fatal(err)

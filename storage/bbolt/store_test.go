@@ -266,12 +266,12 @@ func TestSecondStoreIsLocked(t *testing.T) {
 	checkLoad(t, second, snap)
 }
 
-// TestCorruptElement damages an element only the newest generation
-// references: Load must notice and return the previous generation.
-func TestCorruptElement(t *testing.T) {
-	dir := t.TempDir()
+// twoGenerations saves two generations of agent id in dir, the second with
+// one more history message, closes the store and returns both.
+func twoGenerations(t *testing.T, dir, id string) (first, second *agent.Snapshot) {
+	t.Helper()
 	s := mustOpen(t, dir, Options{})
-	a := storagetest.Sample("elements", 1)
+	a := storagetest.Sample(id, 1)
 	mustSave(t, s, a)
 	b := a.Clone()
 	b.TickIndex = 2
@@ -280,6 +280,14 @@ func TestCorruptElement(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
+	return a, b
+}
+
+// TestCorruptElement damages an element only the newest generation
+// references: Load must notice and return the previous generation.
+func TestCorruptElement(t *testing.T) {
+	dir := t.TempDir()
+	a, _ := twoGenerations(t, dir, "elements")
 	editBucket(t, filepath.Join(dir, "elements", FileName), func(bk *bolt.Bucket) {
 		last, ok := lastKey(bk, prefixHistory)
 		if !ok {
@@ -287,7 +295,7 @@ func TestCorruptElement(t *testing.T) {
 		}
 		flipValue(t, bk, key(prefixHistory, last))
 	})
-	s = mustOpen(t, dir, Options{})
+	s := mustOpen(t, dir, Options{})
 	checkLoad(t, s, a)
 }
 
