@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the image's base root file system, a tarball of Debian arm64 with
+# a kernel, systemd and the Raspberry Pi firmware, from Debian's own
+# packages with mmdebstrap (arm64 code runs through qemu-user-static's
+# binfmt registration). The tarball is cached by its package list: the
+# image step (image.sh) adds the openstarry .deb and the image's own files.
+#   packaging/image/rootfs.sh OUT.tar
+# Environment: SUITE (bookworm), MIRROR (http://deb.debian.org/debian),
+# SECURITY (http://deb.debian.org/debian-security; empty: none).
+set -euo pipefail
+out=${1:?usage: rootfs.sh OUT.tar}
+SUITE=${SUITE:-bookworm}
+MIRROR=${MIRROR:-http://deb.debian.org/debian}
+SECURITY=${SECURITY-http://deb.debian.org/debian-security}
+comps="main non-free-firmware"
+
+# What the device runs: a kernel and its initramfs, systemd (networkd
+# brings the network up by DHCP), the Raspberry Pi boot firmware (it
+# copies the kernel, initramfs and device trees to /boot/firmware), what
+# first boot uses to grow the data partition, CA roots for an https hub.
+# Nothing here listens on the network.
+pkgs=(
+  linux-image-arm64 initramfs-tools raspi-firmware
+  systemd systemd-sysv udev dbus kmod
+  e2fsprogs fdisk dosfstools
+  ca-certificates iproute2 ifupdown- netbase
+)
+include=$(IFS=,; echo "${pkgs[*]}")
+
+mirrors=("deb $MIRROR $SUITE $comps" "deb $MIRROR $SUITE-updates $comps")
+[ -z "$SECURITY" ] || mirrors+=("deb $SECURITY $SUITE-security $comps")
+
+# raspi-firmware's hooks write /boot/firmware/cmdline.txt from these; the
+# image's root is found by its label, on a Pi as under qemu.
+hook_default='mkdir -p "$1/etc/default" && printf "ROOTPART=LABEL=OSROOT\nCONSOLES=\"ttyS1,115200 tty0\"\n" > "$1/etc/default/raspi-firmware"'
+
+nice -n 19 mmdebstrap --architectures=arm64 --variant=apt \
+  --include="${include//,ifupdown-/}" \
+  --components="${comps// /,}" \
+  --setup-hook="$hook_default" \
+  --essential-hook='mkdir -p "$1/boot/firmware"' \
+  --customize-hook='rm -f "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"; : > "$1/etc/machine-id"' \
+  --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
+  --dpkgopt='path-include=/usr/share/doc/*/copyright' --dpkgopt='path-exclude=/usr/share/locale/*' \
+  "$SUITE" "$out" "${mirrors[@]}"
