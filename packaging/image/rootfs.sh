@@ -15,15 +15,16 @@ SECURITY=${SECURITY-http://deb.debian.org/debian-security}
 comps="main non-free-firmware"
 
 # What the device runs: a kernel and its initramfs, systemd (networkd
-# brings the network up by DHCP), the Raspberry Pi boot firmware (it
+# brings the network up by DHCP, timesyncd sets the clock of boards without
+# a battery-backed one), the Raspberry Pi boot firmware (it
 # copies the kernel, initramfs and device trees to /boot/firmware), what
 # first boot uses to grow the data partition, CA roots for an https hub.
 # Nothing here listens on the network.
 pkgs=(
   linux-image-arm64 initramfs-tools raspi-firmware
-  systemd systemd-sysv udev dbus kmod
+  systemd systemd-sysv systemd-timesyncd udev dbus kmod
   e2fsprogs fdisk dosfstools
-  ca-certificates iproute2 ifupdown- netbase
+  ca-certificates iproute2 netbase
 )
 include=$(IFS=,; echo "${pkgs[*]}")
 
@@ -35,7 +36,7 @@ mirrors=("deb $MIRROR $SUITE $comps" "deb $MIRROR $SUITE-updates $comps")
 hook_default='mkdir -p "$1/etc/default" && printf "ROOTPART=LABEL=OSROOT\nCONSOLES=\"ttyS1,115200 tty0\"\n" > "$1/etc/default/raspi-firmware"'
 
 nice -n 19 mmdebstrap --architectures=arm64 --variant=apt \
-  --include="${include//,ifupdown-/}" \
+  --include="$include" \
   --components="${comps// /,}" \
   --setup-hook="$hook_default" \
   --essential-hook='mkdir -p "$1/boot/firmware"' \
