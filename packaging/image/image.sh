@@ -101,8 +101,10 @@ step "splitting boot, root and data"
 mkdir -p "$work/boot" "$work/data"
 cp -a "$root/boot/firmware/." "$work/boot/"
 rm -rf "${root:?}/boot/firmware/"*
-for f in vmlinuz initrd.img; do
-  [ -f "$work/boot/$f" ] || { echo "raspi-firmware put no $f on the boot partition" >&2; ls "$work/boot" >&2; exit 1; }
+# raspi-firmware's kernel and initramfs hooks copy them there as vmlinuz and
+# initrd.img, beside config.txt, cmdline.txt and the device trees.
+for f in vmlinuz initrd.img config.txt cmdline.txt; do
+  [ -f "$work/boot/$f" ] || { echo "raspi-firmware put no $f on the boot partition:" >&2; ls "$work/boot" >&2; exit 1; }
 done
 # The configuration a person edits: the package's, with the data
 # directory of the service.
