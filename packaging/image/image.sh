@@ -51,8 +51,10 @@ key=$(cat "$here/rootfs.sh" | sha256sum | cut -c1-12)
 base="$CACHE/rootfs-$SUITE-$key.tar"
 if [ ! -f "$base" ]; then
   step "building the base root file system with mmdebstrap (10-30 minutes under emulation)"
-  "$here/rootfs.sh" "$base.tmp"
-  mv "$base.tmp" "$base"
+  # mmdebstrap picks the output's format by its name: .tar
+  rm -f "$CACHE/building-$key.tar"
+  "$here/rootfs.sh" "$CACHE/building-$key.tar"
+  mv "$CACHE/building-$key.tar" "$base"
 fi
 
 # 2. Our .deb.
