@@ -239,9 +239,24 @@ func TestImageBoot(t *testing.T) {
 	}
 	boot0 := fat(img, pt[0])
 	run(t, "mcopy", "-o", "-i", boot0, cfg, "::openstarry.yaml")
+	// The kernel and initramfs a Raspberry Pi's firmware would start, as
+	// config.txt names them.
+	var kname, iname string
+	for _, l := range strings.Split(run(t, "mtype", "-i", boot0, "::config.txt"), "\n") {
+		l = strings.TrimSpace(l)
+		if v, ok := strings.CutPrefix(l, "kernel="); ok {
+			kname = v
+		}
+		if v, ok := strings.CutPrefix(l, "initramfs "); ok {
+			iname = v
+		}
+	}
+	if kname == "" || iname == "" {
+		t.Fatalf("config.txt on the boot partition names no kernel= or initramfs")
+	}
 	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd.img")
-	run(t, "mcopy", "-n", "-i", boot0, "::vmlinuz", kernel)
-	run(t, "mcopy", "-n", "-i", boot0, "::initrd.img", initrd)
+	run(t, "mcopy", "-n", "-i", boot0, "::"+kname, kernel)
+	run(t, "mcopy", "-n", "-i", boot0, "::"+iname, initrd)
 
 	results := "openstarry/" + device + "/agents/master/results"
 	tasks := "openstarry/" + device + "/agents/master/tasks"

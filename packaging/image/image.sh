@@ -21,6 +21,7 @@
 #   DIST       output directory (dist)
 #   CACHE      work and cache directory (~/.cache/openstarry/image)
 #   DEB        the arm64 openstarry .deb (default: built with build.sh)
+#   BASE       a base tarball of rootfs.sh to use (default: the cached one)
 #   SUITE      Debian suite (bookworm)
 #   RELEASE_KEY  ed25519 key to sign $DIST's SHA256SUMS with
 #   VERSION    the image's version (git describe)
@@ -48,7 +49,7 @@ step() { echo "image: $* ($(($(date +%s) - start))s)"; }
 
 # 1. The base root file system, rebuilt when rootfs.sh changes.
 key=$(cat "$here/rootfs.sh" | sha256sum | cut -c1-12)
-base="$CACHE/rootfs-$SUITE-$key.tar"
+base=${BASE:-$CACHE/rootfs-$SUITE-$key.tar}
 if [ ! -f "$base" ]; then
   step "building the base root file system with mmdebstrap (10-30 minutes under emulation)"
   # mmdebstrap picks the output's format by its name: .tar
@@ -76,7 +77,9 @@ tar -xf "$base" -C "$root"
 
 step "installing $(basename "$deb")"
 cp "$deb" "$root/tmp/openstarry.deb"
-chroot "$root" dpkg -i /tmp/openstarry.deb
+# The maintainer scripts need /proc (systemd-tmpfiles): mounted in a mount
+# namespace of its own, gone with it.
+unshare --mount --propagation private sh -c 'mount -t proc proc "$1/proc" && chroot "$1" dpkg -i /tmp/openstarry.deb' sh "$root"
 rm -f "$root/tmp/openstarry.deb"
 
 step "installing the image's files"
@@ -103,17 +106,18 @@ step "splitting boot, root and data"
 mkdir -p "$work/boot" "$work/data"
 cp -a "$root/boot/firmware/." "$work/boot/"
 rm -rf "${root:?}/boot/firmware/"*
-# raspi-firmware's kernel and initramfs hooks copy them there as vmlinuz and
-# initrd.img, beside config.txt, cmdline.txt and the device trees.
-for f in vmlinuz initrd.img config.txt cmdline.txt; do
-  [ -f "$work/boot/$f" ] || { echo "raspi-firmware put no $f on the boot partition:" >&2; ls "$work/boot" >&2; exit 1; }
+# raspi-firmware's kernel and initramfs hooks copy them there (vmlinuz-*,
+# initrd.img-*), beside config.txt, which names them, cmdline.txt and the
+# device trees.
+for f in config.txt cmdline.txt 'vmlinuz-*' 'initrd.img-*' 'bcm2711-rpi-4-b.dtb' 'bcm2837-rpi-3-b.dtb'; do
+  ls "$work/boot/"$f >/dev/null 2>&1 || { echo "raspi-firmware put no $f on the boot partition:" >&2; ls "$work/boot" >&2; exit 1; }
 done
 # The configuration a person edits: the package's, with the data
 # directory of the service.
 cp "$root/etc/openstarry/openstarry.yaml" "$work/boot/openstarry.yaml"
 cp "$here/boot-README.txt" "$work/boot/openstarry-README.txt"
 uid=$(awk -F: '$1=="openstarry"{print $3}' "$root/etc/passwd")
-gid=$(awk -F: '$1=="openstarry"{print $4}' "$root/etc/group" "$root/etc/passwd" | head -1)
+gid=$(awk -F: '$1=="openstarry"{print $4}' "$root/etc/passwd")
 [ -n "$uid" ] || { echo "no openstarry user in the image" >&2; exit 1; }
 chown "$uid:$gid" "$work/data"
 chmod 0750 "$work/data"
