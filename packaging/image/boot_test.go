@@ -191,13 +191,13 @@ func sleepCall(ms int) map[string]any {
 // the first of them is done, in the middle of the others: a power cut of
 // the whole board. Powered on again, every task the hub took comes back
 // done, each executed once (one agent tick per task, its line appended
-// once). It prints the time from power-on to `boot complete` and the
+// once, read off the data partition). It prints the time from power-on to `boot complete` and the
 // image's size. make image-test runs it (OPENSTARRY_IMAGE_TEST=1).
 func TestImageBoot(t *testing.T) {
 	if os.Getenv("OPENSTARRY_IMAGE_TEST") == "" {
 		t.Skip("the image's boot test takes minutes: make image-test runs it (OPENSTARRY_IMAGE_TEST=1)")
 	}
-	for _, tool := range []string{"qemu-system-aarch64", "sfdisk", "mcopy", "xz"} {
+	for _, tool := range []string{"qemu-system-aarch64", "sfdisk", "mcopy", "mtype", "xz", "e2fsck", "debugfs"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s is missing: packaging/image/deps.sh installs it", tool)
 		}
@@ -323,9 +323,6 @@ func TestImageBoot(t *testing.T) {
 		t.Errorf("the second boot applied the configuration again")
 	}
 	waitDone(v, ids...)
-	// The side effects: each line once.
-	mqtttest.Publish(t, pub, tasks, task("read", map[string]any{"tool": "file_read", "args": map[string]string{"path": "cut.log"}}))
-	waitDone(v, "read")
 	rs = byTask()
 	for _, id := range append([]string{"hello"}, ids...) {
 		execs := map[uint64]bool{}
@@ -339,11 +336,28 @@ func TestImageBoot(t *testing.T) {
 			t.Errorf("task %s ran %d times: %+v", id, len(execs), rs[id])
 		}
 	}
-	out := string(rs["read"][0].Output)
-	for _, id := range append([]string{"hello"}, ids...) {
-		if n := strings.Count(out, "line "+id+`\n`) + strings.Count(out, "line "+id+"\n"); n != 1 {
-			t.Errorf("cut.log has the line of %s %d times: %s", id, n, out)
+	// The side effects, read off the card after a last power cut: each
+	// task's line once (file_append syncs before its result is sent).
+	// The partition is copied out and its journal replayed (e2fsck, as a
+	// mount would) before debugfs reads it.
+	v.powerCut()
+	grown := partitions(t, img)[2]
+	part := filepath.Join(dir, "data.fs")
+	run(t, "dd", "if="+img, "of="+part, "bs=512", "skip="+strconv.FormatInt(grown.Start, 10), "count="+strconv.FormatInt(grown.Size, 10), "conv=sparse", "status=none")
+	if out, err := exec.Command("e2fsck", "-fy", part).CombinedOutput(); err != nil {
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() > 1 {
+			t.Fatalf("e2fsck of the data partition after the power cut: %v\n%s", err, out)
 		}
+	}
+	out := run(t, "debugfs", "-R", "cat /agents/master/artifacts/cut.log", part)
+	for _, id := range append([]string{"hello"}, ids...) {
+		if n := strings.Count(out, "line "+id+"\n"); n != 1 {
+			t.Errorf("cut.log has the line of %s %d times:\n%s", id, n, out)
+		}
+	}
+	// The data partition grew to the end of the card.
+	if grown.Size/2048 <= dataBefore {
+		t.Errorf("the data partition is %d MiB, was %d MiB before the first boot", grown.Size/2048, dataBefore)
 	}
 	fmt.Printf("image-test: %s: %.1f MiB compressed, %.1f MiB raw; power-on to boot complete %s (first boot), %s (after the power cut); power cut with %d of %d tasks done, all %d done once after it\n",
 		filepath.Base(xzImg), float64(xzInfo.Size())/(1<<20), float64(rawInfo.Size())/(1<<20), first.Round(time.Second), second.Round(time.Second), len(before), len(ids), len(ids))
