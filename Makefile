@@ -3,8 +3,9 @@ GO       ?= go
 BIN      := bin/openstarry
 DATA     ?= ./data
 BENCHTIME ?= 300x
+IMAGE_CACHE ?= $(HOME)/.cache/openstarry/image
 
-.PHONY: build run test torture fleet-sim fuzz bench lint matrix release release-test clean
+.PHONY: build run test torture fleet-sim fuzz bench lint matrix release release-test image image-deps image-test clean
 
 build:
 	./build.sh host
@@ -80,6 +81,21 @@ release:
 # the four .debs through lintian (make test checks a short release).
 release-test:
 	OPENSTARRY_RELEASE_FULL=1 $(GO) test -count=1 -v -timeout 90m ./packaging/
+
+# The arm64 SD-card image, dist/openstarry-VERSION-arm64.img.xz, from
+# Debian's packages and the arm64 .deb (docs/install.md). Runs as root;
+# image-deps installs what it needs. IMAGE_CACHE keeps the base root file
+# system between builds (~/.cache/openstarry/image).
+image: image-deps
+	CACHE=$(IMAGE_CACHE) packaging/image/image.sh
+
+image-deps:
+	packaging/image/deps.sh
+
+# The image built, then booted under qemu-system-aarch64 with a power cut
+# (packaging/image/boot_test.go): it prints the boot time and the size.
+image-test: image
+	OPENSTARRY_IMAGE_TEST=1 $(GO) test -count=1 -v -run 'TestImageBoot' -timeout 90m ./packaging/image/
 
 clean:
 	rm -rf bin dist

@@ -737,3 +737,23 @@ func TestDaemonSubmitAndWait(t *testing.T) {
 		t.Fatalf("POST ?wait through the daemon: %d %+v %v", resp.StatusCode, st, err)
 	}
 }
+
+// TestDaemonBootNotice: what the image's first boot could not do
+// (DATA/boot-notice, packaging/image) is logged after boot complete and
+// shown by openstarry status, as text and as JSON.
+func TestDaemonBootNotice(t *testing.T) {
+	data := dataDir(t)
+	const notice = `openstarry.yaml on the boot partition is not valid, the daemon keeps its previous configuration: unknown key "mqtt.brokr"`
+	if err := os.WriteFile(filepath.Join(data, "boot-notice"), []byte(notice+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := startDaemon(t, daemonConfig(t, data, ""))
+	c.waitLog("the first boot reported a problem", 30*time.Second)
+	if st := daemonStatus(t, data); st.Notice != notice {
+		t.Errorf("status notice %q, want %q", st.Notice, notice)
+	}
+	out, code := runCLI(t, "status", "--data", data)
+	if code != 0 || !strings.Contains(out, "notice from the first boot: "+notice+"\n") {
+		t.Errorf("openstarry status (exit %d) does not show the notice:\n%s", code, out)
+	}
+}

@@ -72,14 +72,19 @@ func (f *configFlags) load(cmd *cobra.Command) (*config.Config, error) {
 
 func init() {
 	var f configFlags
+	var check bool
 	cmd := &cobra.Command{
-		Use:   "start [--config FILE] [--data DIR]",
+		Use:   "start [--config FILE] [--data DIR] [--check]",
 		Short: "Run the daemon in the foreground (what the service runs)",
 		Long: `Run the Orchestrator daemon: boot in four phases (infrastructure, design layer,
 master agent, workers on demand), run one process per agent, restart crashed
 ones with backoff, and serve the control API (openstarry status, openstarry
 agent) and the HTTP listener (the web UI at /, /healthz, /metrics,
 /agents/{id}/...).
+
+With --check it only loads and checks the configuration, prints
+"configuration FILE is valid" or what is wrong, and exits 0 or 1 (the
+image's first boot checks the boot partition's openstarry.yaml so).
 
 Exit status: 0 after SIGTERM or SIGINT, 3 when another daemon runs on the data
 directory, 1 on any other error.`,
@@ -89,6 +94,14 @@ directory, 1 on any other error.`,
 			cfg, err := f.load(cmd)
 			if err != nil {
 				return err
+			}
+			if check {
+				name := f.config
+				if name == "" {
+					name = "(defaults and environment)"
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "configuration %s is valid\n", name)
+				return nil
 			}
 			if handled, err := updateBoot(cfg); handled {
 				return err
@@ -105,6 +118,7 @@ directory, 1 on any other error.`,
 		},
 	}
 	f.bind(cmd)
+	cmd.Flags().BoolVar(&check, "check", false, "load and check the configuration, then exit")
 	rootCmd.AddCommand(cmd)
 }
 

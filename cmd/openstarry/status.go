@@ -76,6 +76,9 @@ func printStatus(w io.Writer, st *control.Status, now time.Time) {
 			fmt.Fprintf(w, "state store: %s (NOT durable: %s)\n", ss.URL, ss.Warning)
 		}
 	}
+	if st.Notice != "" {
+		fmt.Fprintf(w, "notice from the first boot: %s\n", st.Notice)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tROLE\tTEMPLATE\tPID\tSTATE\tTICK\tQUEUE\tRESTARTS\tSINCE\tSOURCE\tLAST ERROR")

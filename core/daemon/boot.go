@@ -225,6 +225,9 @@ func (d *Daemon) bootWorkers(ctx context.Context) {
 	d.startSessions(ctx)
 	d.phaseDone(4, "workers", "phase 4/4 workers on demand ready", t4, d.log.Info().Int("restored_workers", restored))
 	d.log.Info().Int64("duration_ms", d.now().Sub(d.started).Milliseconds()).Msg("boot complete")
+	if n := BootNotice(d.data); n != "" {
+		d.log.Warn().Str("notice", n).Msg("the first boot reported a problem (DATA/boot-notice; openstarry status shows it)")
+	}
 	if d.o.Booted != nil {
 		d.o.Booted()
 	}

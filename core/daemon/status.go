@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +29,7 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
 		StateStore: d.store, PreviousRun: d.previousRun, SessionsDamage: d.sessDamage}
 	d.mu.Unlock()
+	st.Notice = BootNotice(d.data)
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup
 	for i, m := range ms {
@@ -43,6 +45,23 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 	}
 	wg.Wait()
 	return st
+}
+
+// BootNoticeFile is the file, in the data directory, where the image's
+// first boot (packaging/image) writes what it could not do; the status
+// shows it as Notice.
+const BootNoticeFile = "boot-notice"
+
+// BootNotice reads DATA/boot-notice: at most 4 KiB of it, trimmed; "" when
+// there is none.
+func BootNotice(data string) string {
+	f, err := os.Open(filepath.Join(data, BootNoticeFile))
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(io.LimitReader(f, 4096))
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), "?"))
 }
 
 // snapInfo is what status reads of an agent's snapshot.

@@ -176,6 +176,10 @@ type Status struct {
 	// SessionsDamage counts the damaged parts of sessions.db the daemon's
 	// scrubs found since it started (docs/storage-damage.md).
 	SessionsDamage uint64 `json:"sessions_db_damage,omitempty"`
+	// Notice is what the image's first boot could not do (a wrong
+	// openstarry.yaml on the boot partition, a failed enrolment), from
+	// DATA/boot-notice (docs/install.md); empty when all went well.
+	Notice string `json:"notice,omitempty"`
 }
 
 // StoreState is the snapshot store as phase 1 found it.
