@@ -1,14 +1,21 @@
 package image
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/openstarry/openstarry-edge/internal/loopback"
+	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/enroll"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // hostBin is openstarry built for this machine, once per test binary.
@@ -66,6 +73,24 @@ func newCard(t *testing.T, serial string) *card {
 		write(t, filepath.Join(c.sys, "proc/device-tree/serial-number"), serial+"\x00")
 	}
 	return c
+}
+
+// syncBuffer is a bytes.Buffer a child process writes while a test reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func write(t *testing.T, path, s string) {
@@ -182,6 +207,55 @@ func TestFirstBoot(t *testing.T) {
 		}
 		if read(t, enr) == "" {
 			t.Errorf("the enrolment file was removed though the enrolment failed")
+		}
+	})
+
+	// A hub that answers: `openstarry hub serve` on a Mosquitto with
+	// dynamic security, a one-use token on the card. The device enrols as
+	// its own device id, the file is removed (its token is spent), no
+	// notice is left, and the data directory holds the credentials the hub
+	// made (the daemon reads them at start).
+	t.Run("enrolment with a hub", func(t *testing.T) {
+		dir := t.TempDir()
+		m := mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
+		bin := openstarryBinary(t)
+		state := filepath.Join(dir, "hub")
+		var logs syncBuffer
+		hub := exec.Command(bin, "hub", "serve", "--state", state, "--broker", m.URL(), "--admin-user", "hub-admin", "--listen", "127.0.0.1:0")
+		hub.Env = append(os.Environ(), "OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret")
+		hub.Stdout, hub.Stderr = &logs, &logs
+		if err := hub.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hub.Process.Kill(); _ = hub.Wait() })
+		listen := regexp.MustCompile(`enrolment listening on (http://[0-9.:]+)`)
+		var hubURL string
+		wait.For(t, 20*time.Second, "the hub listening", func() bool {
+			if mm := listen.FindStringSubmatch(logs.String()); mm != nil {
+				hubURL = mm[1]
+			}
+			return hubURL != ""
+		})
+		tok, err := exec.Command(bin, "hub", "token", "--state", state, "--device", "pi-card").CombinedOutput()
+		if err != nil {
+			t.Fatalf("hub token: %v\n%s", err, tok)
+		}
+		c := newCard(t, "")
+		enr := filepath.Join(c.boot, "openstarry-enroll.txt")
+		write(t, enr, "hub="+hubURL+"\ntoken="+strings.TrimSpace(string(tok))+"\n")
+		out := c.run(t)
+		if _, err := os.Stat(enr); !os.IsNotExist(err) {
+			t.Fatalf("the enrolment file is still there (%v)\n%s\nhub:\n%s", err, out, logs.String())
+		}
+		if n := read(t, filepath.Join(c.data, "boot-notice")); n != "" {
+			t.Errorf("boot-notice after a good enrolment: %q", n)
+		}
+		cred, err := enroll.ReadCredentials(enroll.Dir(c.data))
+		if err != nil || cred == nil || cred.Device != "pi-card" || cred.Broker != m.URL() || cred.Password == "" {
+			t.Errorf("the credentials in the data directory: %+v, %v", cred, err)
+		}
+		if log := read(t, filepath.Join(c.boot, "openstarry-firstboot.log")); !strings.Contains(log, "enrolled as device pi-card") {
+			t.Errorf("openstarry-firstboot.log does not say the device enrolled:\n%s", log)
 		}
 	})
 
