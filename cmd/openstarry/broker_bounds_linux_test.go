@@ -2,11 +2,9 @@ package main
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,23 +47,6 @@ func streamPacket(c net.Conn, header, prefix []byte, size int) int {
 	return sent
 }
 
-// vm reads a field of /proc/PID/status (VmRSS, VmHWM) in MiB.
-func vm(t *testing.T, pid int, field string) float64 {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
-}
-
 // TestDaemonBrokerBounds is issue #28's measurement on the daemon that runs
 // the embedded broker: three unauthenticated 200 MB CONNECTs grew it from
 // 18 MB to 996 MB, and an anonymous 100 MB PUBLISH on loopback to 946 MB.
@@ -83,7 +64,7 @@ func TestDaemonBrokerBounds(t *testing.T) {
 	addr := strings.TrimPrefix(embeddedURL(t, c), "tcp://")
 	c.waitLog("mqtt: connected to tcp://"+addr, 20*time.Second)
 	pid := c.cmd.Process.Pid
-	before := vm(t, pid, "VmRSS")
+	before := statusMiB(t, pid, "VmRSS")
 
 	var wg sync.WaitGroup
 	taken := make([]int, 3)
@@ -117,7 +98,7 @@ func TestDaemonBrokerBounds(t *testing.T) {
 	published := streamPacket(conn, []byte{0x30}, append([]byte{0, byte(len(topic))}, topic...), 100<<20)
 	conn.Close()
 
-	peak, after := vm(t, pid, "VmHWM"), vm(t, pid, "VmRSS")
+	peak, after := statusMiB(t, pid, "VmHWM"), statusMiB(t, pid, "VmRSS")
 	t.Logf("daemon: VmRSS %.1f MiB before, %.1f MiB after, peak VmHWM %.1f MiB; bytes taken of three 200 MB CONNECTs %v, of a 100 MB PUBLISH %d",
 		before, after, peak, taken, published)
 	if peak-before > 64 {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/procstat"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -138,20 +139,15 @@ func vmRSS(b *testing.B, pid int) float64 {
 	return statusMiB(b, pid, "VmRSS")
 }
 
-// statusMiB reads a field of /proc/PID/status given in kB (VmRSS, RssFile,
+// statusMiB reads a field of /proc/PID/status (VmRSS, VmHWM, RssFile,
 // RssAnon), in MiB.
-func statusMiB(b *testing.B, pid int, field string) float64 {
-	b.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+func statusMiB(tb testing.TB, pid int, field string) float64 {
+	tb.Helper()
+	mib, err := procstat.MiB(pid, field)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^` + field + `:\s+(\d+) kB`).FindSubmatch(data)
-	if m == nil {
-		b.Fatalf("no %s for %d", field, pid)
-	}
-	kb, _ := strconv.Atoi(string(m[1]))
-	return float64(kb) / 1024
+	return mib
 }
 
 // privateMiB is the memory only this process holds: Private_Clean +

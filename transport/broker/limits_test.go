@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
+	"github.com/openstarry/openstarry-edge/internal/procstat"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
@@ -97,18 +97,11 @@ func flood(addr string, header []byte, size int) (int, error) {
 // procStatus reads a field (VmRSS, VmHWM) of /proc/PID/status, in bytes.
 func procStatus(t *testing.T, pid int, field string) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := procstat.Bytes(pid, field)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == field+":" {
-			kb, _ := strconv.ParseInt(f[1], 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/%d/status", field, pid)
-	return 0
+	return n
 }
 
 // TestBrokerChild is the broker process of TestBoundsMemory: it runs only
