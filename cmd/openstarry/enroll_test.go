@@ -18,6 +18,20 @@ import (
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
+// startHub starts a Mosquitto with dynamic security (admin hub-admin,
+// password admin-secret) and `openstarry hub serve` on it, its state in
+// dir/hub; it returns the broker, the state directory and the enrolment
+// URL, and the hub's process (its log).
+func startHub(t *testing.T, dir string) (m *mqtttest.Mosquitto, state, hubURL string, h *child) {
+	t.Helper()
+	m = mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
+	state = filepath.Join(dir, "hub")
+	h = startChildCmd(t, exec.Command("env", "OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret",
+		binPath, "hub", "serve", "--state", state, "--broker", m.URL(), "--admin-user", "hub-admin", "--listen", "127.0.0.1:0"))
+	h.waitLog("enrolment listening on", 10*time.Second)
+	return m, state, hubListenRe.FindStringSubmatch(h.logs())[1], h
+}
+
 var hubListenRe = regexp.MustCompile(`enrolment listening on (http://[0-9.:]+)`)
 
 // TestEnrollCLI: `openstarry hub serve` against a real Mosquitto with the
@@ -29,12 +43,7 @@ var hubListenRe = regexp.MustCompile(`enrolment listening on (http://[0-9.:]+)`)
 // and a spent token is refused.
 func TestEnrollCLI(t *testing.T) {
 	dir := t.TempDir()
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
-	state := filepath.Join(dir, "hub")
-	h := startChildCmd(t, exec.Command("env", "OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret",
-		binPath, "hub", "serve", "--state", state, "--broker", m.URL(), "--admin-user", "hub-admin", "--listen", "127.0.0.1:0"))
-	h.waitLog("enrolment listening on", 10*time.Second)
-	hubURL := hubListenRe.FindStringSubmatch(h.logs())[1]
+	m, state, hubURL, h := startHub(t, dir)
 
 	token := func(args ...string) string {
 		out, code := runCLI(t, append([]string{"hub", "token", "--state", state}, args...)...)

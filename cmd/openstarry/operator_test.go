@@ -3,14 +3,11 @@
 package main
 
 import (
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
 // TestHubOperator: on a Mosquitto with the dynamic security plugin, a
@@ -22,12 +19,7 @@ import (
 // adding it again sets the password given.
 func TestHubOperator(t *testing.T) {
 	dir := t.TempDir()
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
-	state := filepath.Join(dir, "hub")
-	h := startChildCmd(t, exec.Command("env", "OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret",
-		binPath, "hub", "serve", "--state", state, "--broker", m.URL(), "--admin-user", "hub-admin", "--listen", "127.0.0.1:0"))
-	h.waitLog("enrolment listening on", 10*time.Second)
-	hubURL := hubListenRe.FindStringSubmatch(h.logs())[1]
+	m, state, hubURL, _ := startHub(t, dir)
 	tok, code := runCLI(t, "hub", "token", "--state", state, "--device", "pi-op")
 	if code != 0 {
 		t.Fatal(tok)
