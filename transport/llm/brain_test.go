@@ -41,6 +41,23 @@ type rig struct {
 
 func (r *rig) logs() string { return r.log.String() }
 
+// recordPhases makes r's agent keep the progress phases it reports; the
+// function returned gives them so far, joined by "|".
+func (r *rig) recordPhases() func() string {
+	var mu sync.Mutex
+	var phases []string
+	r.a = host.Agent{ID: "m1", Template: r.tmpl, DataDir: r.dir, OnProgress: func(task string, pct int, phase string) {
+		mu.Lock()
+		phases = append(phases, phase)
+		mu.Unlock()
+	}}
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(phases, "|")
+	}
+}
+
 func template(baseURL string) *design.Template {
 	return &design.Template{Name: "model", Version: "1.0.0", Role: design.RoleWorker,
 		Brain:        design.Brain{Provider: "openai", BaseURL: baseURL, Model: "qwen2.5:0.5b", TimeoutMs: 5000},
@@ -384,13 +401,7 @@ func TestStreamedAnswerReportsProgress(t *testing.T) {
 	tmpl := template(srv.BaseURL())
 	tmpl.Brain.Stream = true
 	r := &rig{t: t, dir: t.TempDir(), tmpl: tmpl}
-	var mu sync.Mutex
-	var phases []string
-	r.a = host.Agent{ID: "m1", Template: tmpl, DataDir: r.dir, OnProgress: func(task string, pct int, phase string) {
-		mu.Lock()
-		phases = append(phases, phase)
-		mu.Unlock()
-	}}
+	phases := r.recordPhases()
 	r.open()
 	r.submit("t1", "stream please")
 	st := r.wait("t1")
@@ -401,9 +412,7 @@ func TestStreamedAnswerReportsProgress(t *testing.T) {
 	if string(data) != "streamed\n" {
 		t.Fatalf("s.txt = %q", data)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	got := strings.Join(phases, "|")
+	got := phases()
 	if !strings.Contains(got, "thinking: 3 tokens") || !strings.Contains(got, "tool:file_append") {
 		t.Fatalf("progress phases = %s", got)
 	}

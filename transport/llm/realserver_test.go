@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -47,13 +46,7 @@ func TestRealServerToolCall(t *testing.T) {
 			tmpl := realTemplate(s)
 			tmpl.Brain.Stream = stream
 			r := &rig{t: t, dir: t.TempDir(), tmpl: tmpl}
-			var mu sync.Mutex
-			var phases []string
-			r.a = host.Agent{ID: "m1", Template: tmpl, DataDir: r.dir, OnProgress: func(task string, pct int, phase string) {
-				mu.Lock()
-				phases = append(phases, phase)
-				mu.Unlock()
-			}}
+			phases := r.recordPhases()
 			r.open()
 			r.submit("t1", "write hello into notes.txt")
 			st := r.wait("t1")
@@ -70,9 +63,7 @@ func TestRealServerToolCall(t *testing.T) {
 			if c, _ := vars["tokens_completion"].(int64); c < 10 {
 				t.Fatalf("tokens_completion = %#v", vars["tokens_completion"])
 			}
-			mu.Lock()
-			got := strings.Join(phases, "|")
-			mu.Unlock()
+			got := phases()
 			if stream && !strings.Contains(got, "tokens") {
 				t.Fatalf("no token count on the progress: %s", got)
 			}
