@@ -8,14 +8,65 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
-// controlHandler is the control API (see package control):
+// controlAPI is the control API on its local socket (package control), and
+// the owner of its credentials: the operator's token, made at each boot,
+// and one token per agent, handed to it alone in its environment (spec.go).
+// Its handlers act through the supervisor, the specs and the workers.
+type controlAPI struct {
+	cfg         *config.Config // Supervise: the timeouts of restart and stop
+	log         zerolog.Logger
+	runDir      string // the socket (or port file) and control.token
+	limits      httpx.Limits
+	super       *supervisor
+	specs       *specs
+	workers     *workers
+	report      *reporter
+	sessionTool http.HandlerFunc // POST /v1/sessions/{op} (sessions.go)
+
+	token string // the operator's: DATA/run/control.token; set by serve
+	addr  string // where it listens; set by serve, before any agent starts
+
+	mu          sync.Mutex        // guards agentTokens and tokenOf
+	agentTokens map[string]string // control token → the agent it was handed to
+	tokenOf     map[string]string // agent id → its control token
+}
+
+// serve makes the operator's token and serves the control API on its
+// local socket (see package control); what it opens it hands to
+// closeLater.
+func (c *controlAPI) serve(closeLater func(func())) error {
+	var err error
+	if c.token, err = control.NewToken(); err != nil {
+		return err
+	}
+	ctrlLn, addr, err := control.Listen(c.runDir)
+	if err != nil {
+		return err
+	}
+	c.addr = addr
+	if err := control.WriteToken(c.runDir, c.token); err != nil {
+		ctrlLn.Close()
+		return fmt.Errorf("control token: %w", err)
+	}
+	closeLater(func() { control.RemoveFiles(c.runDir) })
+	ctrlSrv := httpx.NewServer(c.handler(), c.limits)
+	go func() { _ = ctrlSrv.Serve(httpx.Listen(ctrlLn, c.limits, false, c.log)) }()
+	closeLater(func() { shutdownServer(ctrlSrv) })
+	return nil
+}
+
+// handler is the control API (see package control):
 //
 //	GET  /v1/status               the daemon and every agent
 //	POST /v1/agents/{id}/restart  re-resolve the blueprint and restart (also out of crashloop)
@@ -26,30 +77,30 @@ import (
 // made at each boot) allows everything; an agent's (handed to it alone in
 // its environment) allows status and agent_manager, acting as that agent
 // only: the workers it spawns report to it, and it stops only those.
-func (d *Daemon) controlHandler() http.Handler {
+func (c *controlAPI) handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, r *http.Request) {
-		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true))
+		httpx.Pretty(w, http.StatusOK, c.report.status(r.Context(), true))
 	})
-	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(d.handleRestart))
-	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(d.handleStop))
-	mux.HandleFunc("POST /v1/manage", d.handleManage)
+	mux.HandleFunc("POST /v1/agents/{id}/restart", operatorOnly(c.handleRestart))
+	mux.HandleFunc("POST /v1/agents/{id}/stop", operatorOnly(c.handleStop))
+	mux.HandleFunc("POST /v1/manage", c.handleManage)
 	routes := httpx.Routes(mux)
-	mux.HandleFunc("POST /v1/sessions/{op}", d.handleSessionTool)
+	mux.HandleFunc("POST /v1/sessions/{op}", c.sessionTool)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if httpx.TokenOK(r, d.token) {
+		if httpx.TokenOK(r, c.token) {
 			routes.ServeHTTP(w, r)
 			return
 		}
 		got, ok := httpx.Bearer(r)
-		id, isAgent := d.tokenAgent(got)
+		id, isAgent := c.tokenAgent(got)
 		if !ok || !isAgent {
 			writeError(w, &control.Error{Status: http.StatusUnauthorized, Code: control.CodeUnauthorized,
 				Msg: "control API: missing or wrong token (DATA/run/control.token)"})
 			return
 		}
 		if h := r.Header.Get(control.HeaderAgent); h != "" && h != id {
-			d.log.Warn().Str("agent", id).Str("claimed", h).Msg("control API: an agent's token used in another agent's name; refused")
+			c.log.Warn().Str("agent", id).Str("claimed", h).Msg("control API: an agent's token used in another agent's name; refused")
 			writeError(w, &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
 				Msg: fmt.Sprintf("control API: this token is agent %s's, not %s's", id, h)})
 			return
@@ -61,26 +112,26 @@ func (d *Daemon) controlHandler() http.Handler {
 
 // agentToken returns the control token of agent id, made at its first
 // spawn and kept for the daemon's life. A request with it acts as that
-// agent and nothing else (see controlHandler).
-func (d *Daemon) agentToken(id string) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if tok, ok := d.tokenOf[id]; ok {
+// agent and nothing else (see handler).
+func (c *controlAPI) agentToken(id string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if tok, ok := c.tokenOf[id]; ok {
 		return tok
 	}
-	if d.tokenOf == nil {
-		d.tokenOf, d.agentTokens = map[string]string{}, map[string]string{}
+	if c.tokenOf == nil {
+		c.tokenOf, c.agentTokens = map[string]string{}, map[string]string{}
 	}
 	tok := crand.Text()
-	d.tokenOf[id], d.agentTokens[tok] = tok, id
+	c.tokenOf[id], c.agentTokens[tok] = tok, id
 	return tok
 }
 
 // tokenAgent returns the agent a control token was handed to.
-func (d *Daemon) tokenAgent(tok string) (string, bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	id, ok := d.agentTokens[tok]
+func (c *controlAPI) tokenAgent(tok string) (string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id, ok := c.agentTokens[tok]
 	return id, ok
 }
 
@@ -105,17 +156,14 @@ func operatorOnly(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) handleRestart(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	m := d.member(id)
+	m := c.super.member(id)
 	if m == nil {
 		writeError(w, unknownAgent(id))
 		return
 	}
-	d.mu.Lock()
-	stopping := d.stopping
-	d.mu.Unlock()
-	if stopping {
+	if c.super.isStopping() {
 		writeError(w, ErrStopping)
 		return
 	}
@@ -125,16 +173,16 @@ func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
 	if m.role == control.RoleWorker {
 		role = control.RoleWorker
 	}
-	if spec, err := d.resolveSpec(r.Context(), id, old.Template, old.Requester, role); err != nil {
-		d.log.Warn().Str("agent", id).Err(err).Msg("restart: template not resolved again; keeping the frozen blueprint")
+	if spec, err := c.specs.resolveSpec(r.Context(), id, old.Template, old.Requester, role); err != nil {
+		c.log.Warn().Str("agent", id).Err(err).Msg("restart: template not resolved again; keeping the frozen blueprint")
 	} else {
 		m.setSpec(spec)
 	}
 	if m.role == control.RoleWorker {
-		_ = d.reg.setStopped(id, false)
+		_ = c.workers.reg.setStopped(id, false)
 	}
-	d.log.Info().Str("agent", id).Msgf("restart of %s requested", id)
-	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Supervise.StopTimeout+d.cfg.Supervise.ReadyTimeout+5*time.Second)
+	c.log.Info().Str("agent", id).Msgf("restart of %s requested", id)
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.Supervise.StopTimeout+c.cfg.Supervise.ReadyTimeout+5*time.Second)
 	defer cancel()
 	if err := m.send(ctx, cmdRestart); err != nil {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
@@ -143,18 +191,18 @@ func (d *Daemon) handleRestart(w http.ResponseWriter, r *http.Request) {
 	httpx.Pretty(w, http.StatusOK, m.info())
 }
 
-func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) handleStop(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	m := d.member(id)
+	m := c.super.member(id)
 	if m == nil {
 		writeError(w, unknownAgent(id))
 		return
 	}
 	if m.role == control.RoleWorker {
-		_ = d.reg.setStopped(id, true)
+		_ = c.workers.reg.setStopped(id, true)
 	}
-	d.log.Info().Str("agent", id).Msgf("stop of %s requested", id)
-	ctx, cancel := context.WithTimeout(r.Context(), d.cfg.Supervise.StopTimeout+5*time.Second)
+	c.log.Info().Str("agent", id).Msgf("stop of %s requested", id)
+	ctx, cancel := context.WithTimeout(r.Context(), c.cfg.Supervise.StopTimeout+5*time.Second)
 	defer cancel()
 	if err := m.send(ctx, cmdStop); err != nil {
 		writeError(w, &control.Error{Status: http.StatusBadGateway, Code: control.CodeInternal, Msg: err.Error()})
@@ -166,7 +214,7 @@ func (d *Daemon) handleStop(w http.ResponseWriter, r *http.Request) {
 // maxManageBytes bounds a POST /v1/manage body (a worker's task rides in it).
 const maxManageBytes = 1 << 20
 
-func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
+func (c *controlAPI) handleManage(w http.ResponseWriter, r *http.Request) {
 	var req control.AgentRequest
 	body, err := httpx.ReadBody(w, r, maxManageBytes)
 	if errors.Is(err, httpx.ErrTooLarge) {
@@ -187,36 +235,36 @@ func (d *Daemon) handleManage(w http.ResponseWriter, r *http.Request) {
 	requester := r.Header.Get(control.HeaderAgent)
 	if caller, ok := callerAgent(r); ok {
 		// An agent's token: only an agent whose blueprint has the tool.
-		m := d.member(caller)
+		m := c.super.member(caller)
 		if m == nil {
 			writeError(w, unknownAgent(caller))
 			return
 		}
 		if err := mayManage(caller, m.getSpec()); err != nil {
-			d.log.Warn().Str("agent", caller).Str("action", req.Action).Msg("control API: agent_manager refused to an agent without the tool")
+			c.log.Warn().Str("agent", caller).Str("action", req.Action).Msg("control API: agent_manager refused to an agent without the tool")
 			writeError(w, err)
 			return
 		}
 	}
 	switch req.Action {
 	case control.ActionSpawn:
-		res, err := d.spawnWorker(r.Context(), requester, req)
+		res, err := c.workers.spawn(r.Context(), requester, req)
 		if err != nil {
 			writeError(w, err)
 			return
 		}
 		httpx.Pretty(w, http.StatusOK, res)
 	case control.ActionList:
-		httpx.Pretty(w, http.StatusOK, d.status(r.Context(), true).Agents)
+		httpx.Pretty(w, http.StatusOK, c.report.status(r.Context(), true).Agents)
 	case control.ActionStop:
 		if caller, ok := callerAgent(r); ok {
-			if m := d.member(req.AgentID); m != nil && m.getSpec().Requester != caller {
+			if m := c.super.member(req.AgentID); m != nil && m.getSpec().Requester != caller {
 				writeError(w, &control.Error{Status: http.StatusForbidden, Code: control.CodeForbidden,
 					Msg: fmt.Sprintf("worker %s was not spawned by %s", req.AgentID, caller)})
 				return
 			}
 		}
-		info, err := d.stopWorker(r.Context(), req.AgentID)
+		info, err := c.workers.stop(r.Context(), req.AgentID)
 		if err != nil {
 			writeError(w, err)
 			return

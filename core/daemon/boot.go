@@ -3,12 +3,12 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"net"
+	"sync"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
-	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
@@ -16,10 +16,9 @@ import (
 // daemon until ctx ends. What a phase opens it registers in d.closers,
 // which run in reverse order when run returns, whatever the phase reached.
 func (d *Daemon) run(ctx context.Context) error {
-	d.started = d.now()
-	d.life, d.cancelLife = context.WithCancel(context.Background())
+	d.boot.started = d.now()
 	defer d.cancelLife()
-	go d.deliverEvents()
+	go d.super.deliverEvents(d.life)
 	defer func() {
 		for i := len(d.closers) - 1; i >= 0; i-- {
 			d.closers[i]()
@@ -64,9 +63,8 @@ func (d *Daemon) bootInfrastructure(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d.lock = lock
 	d.closeLater(lock.release)
-	if d.reg, err = openRegistry(d.runDir); err != nil {
+	if d.workers.reg, err = openRegistry(d.runDir); err != nil {
 		return err
 	}
 	// The state database before anything can use it: sessions.db opened
@@ -77,96 +75,32 @@ func (d *Daemon) bootInfrastructure(ctx context.Context) error {
 	// Every return from here is an orderly stop (a kill -9 runs nothing):
 	// open sessions end as shutdown, and the journal records the clean stop.
 	d.closeLater(func() { d.closeSessions(true) })
-	if err := d.serveControl(); err != nil {
+	if err := d.ctl.serve(d.closeLater); err != nil {
 		return err
 	}
-	if err := d.serveHTTP(); err != nil {
+	if err := d.httpd.serve(d.closeLater); err != nil {
 		return err
 	}
-	if err := d.startInfra(ctx); err != nil {
+	if err := d.infra.start(ctx, d.closeLater); err != nil {
 		return err
 	}
-	interrupted, err := d.scanInterruptions(ctx)
+	store, interrupted, err := scanStore(ctx, d.cfg.Store, d.data, d.log)
+	if store != nil {
+		d.boot.setStore(store)
+	}
 	if err != nil {
 		return err
 	}
-	d.mu.Lock()
-	d.interrupted = interrupted
+	d.boot.setInterrupted(interrupted)
+	var recover []string
 	for _, in := range interrupted {
 		if in.Error == "" {
-			d.recover[in.AgentID] = true
+			recover = append(recover, in.AgentID)
 		}
 	}
-	d.mu.Unlock()
-	d.phaseDone(1, "infrastructure", "phase 1/4 infrastructure ready", t1,
-		d.log.Info().Str("control", d.ctrlAddr).Int("interrupted", len(interrupted)))
-	return nil
-}
-
-// serveControl makes the operator's token and serves the control API on
-// its local socket (see package control).
-func (d *Daemon) serveControl() error {
-	var err error
-	if d.token, err = control.NewToken(); err != nil {
-		return err
-	}
-	ctrlLn, addr, err := control.Listen(d.runDir)
-	if err != nil {
-		return err
-	}
-	d.ctrlAddr = addr
-	if err := control.WriteToken(d.runDir, d.token); err != nil {
-		ctrlLn.Close()
-		return fmt.Errorf("control token: %w", err)
-	}
-	d.closeLater(func() { control.RemoveFiles(d.runDir) })
-	ctrlSrv := httpx.NewServer(d.controlHandler(), d.o.HTTPLimits)
-	go func() { _ = ctrlSrv.Serve(httpx.Listen(ctrlLn, d.o.HTTPLimits, false, d.log)) }()
-	d.closeLater(func() { shutdownServer(ctrlSrv) })
-	return nil
-}
-
-// serveHTTP serves the HTTP listener (http.listen), when configured.
-func (d *Daemon) serveHTTP() error {
-	if d.cfg.HTTP.Listen == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", d.cfg.HTTP.Listen)
-	if err != nil {
-		return fmt.Errorf("http.listen %s: %w", d.cfg.HTTP.Listen, err)
-	}
-	d.httpAddr = "http://" + ln.Addr().String()
-	h := d.httpHandler()
-	if d.o.Web != nil {
-		h = d.o.Web(h)
-	}
-	h = httpx.AllowHosts(d.cfg.HTTP.Hosts, h)
-	srv := httpx.NewServer(h, d.o.HTTPLimits)
-	go func() { _ = srv.Serve(httpx.Listen(ln, d.o.HTTPLimits, false, d.log)) }()
-	d.closeLater(func() { shutdownServer(srv) })
-	d.log.Info().Str("addr", d.httpAddr).Msgf("daemon listening on %s", d.httpAddr)
-	return nil
-}
-
-// startInfra starts the infrastructure plugins in order.
-func (d *Daemon) startInfra(ctx context.Context) error {
-	d.infraUp = make([]bool, len(d.o.Infra))
-	for i, inf := range d.o.Infra {
-		ts := d.now()
-		if err := inf.Start(ctx); err != nil {
-			_ = inf.Close() // whatever it started before failing
-			return fmt.Errorf("infrastructure %s: %w", inf.Name(), err)
-		}
-		d.mu.Lock()
-		d.infraUp[i] = true
-		d.mu.Unlock()
-		d.closeLater(func() {
-			if err := inf.Close(); err != nil {
-				d.log.Warn().Err(err).Str("infra", inf.Name()).Msg("closing infrastructure")
-			}
-		})
-		d.log.Info().Str("infra", inf.Name()).Int64("duration_ms", d.now().Sub(ts).Milliseconds()).Msgf("infrastructure %s ready", inf.Name())
-	}
+	d.super.setRecover(recover)
+	d.boot.phaseDone(1, "infrastructure", "phase 1/4 infrastructure ready", t1,
+		d.log.Info().Str("control", d.ctl.addr).Int("interrupted", len(interrupted)))
 	return nil
 }
 
@@ -174,14 +108,14 @@ func (d *Daemon) startInfra(ctx context.Context) error {
 // template, resolved and frozen.
 func (d *Daemon) bootDesignLayer(ctx context.Context) (agentSpec, error) {
 	t2 := d.now()
-	if err := d.o.Resolver.Preflight(ctx); err != nil {
+	if err := d.specs.res.Preflight(ctx); err != nil {
 		return agentSpec{}, fmt.Errorf("design layer: %w", err)
 	}
-	mspec, err := d.resolveSpec(ctx, d.cfg.Master.Agent, d.cfg.Master.Template, "", "")
+	mspec, err := d.specs.resolveSpec(ctx, d.cfg.Master.Agent, d.cfg.Master.Template, "", "")
 	if err != nil {
 		return agentSpec{}, fmt.Errorf("design layer: master template: %w", err)
 	}
-	d.phaseDone(2, "design layer", "phase 2/4 design layer ready", t2,
+	d.boot.phaseDone(2, "design layer", "phase 2/4 design layer ready", t2,
 		d.log.Info().Str("template", mspec.Template).Str("source", mspec.Source).Str("digest", mspec.Digest))
 	return mspec, nil
 }
@@ -193,11 +127,11 @@ func (d *Daemon) bootMaster(ctx context.Context, mspec agentSpec) (bool, error) 
 	t3 := d.now()
 	masterID := d.cfg.Master.Agent
 	d.log.Info().Str("agent", masterID).Str("blueprint", mspec.Blueprint).Msg("spawning the master")
-	m, err := d.addMember(masterID, control.RoleMaster, mspec)
+	m, err := d.super.add(masterID, control.RoleMaster, mspec)
 	if err != nil {
 		return false, err
 	}
-	online := d.waitSettled(ctx, m)
+	online := d.super.waitSettled(ctx, m)
 	if ctx.Err() != nil {
 		return false, nil
 	}
@@ -210,7 +144,7 @@ func (d *Daemon) bootMaster(ctx context.Context, mspec agentSpec) (bool, error) 
 		msg = "phase 3/4 master NOT online"
 		ev = d.log.Error().Str("agent", masterID).Str("state", info.State).Str("last_error", info.LastError)
 	}
-	d.phaseDone(3, "master", msg, t3, ev)
+	d.boot.phaseDone(3, "master", msg, t3, ev)
 	return true, nil
 }
 
@@ -218,17 +152,96 @@ func (d *Daemon) bootMaster(ctx context.Context, mspec agentSpec) (bool, error) 
 // pending handoffs resumed, and spawn requests accepted from now on.
 func (d *Daemon) bootWorkers(ctx context.Context) {
 	t4 := d.now()
-	restored := d.restoreWorkers(ctx)
-	d.mu.Lock()
-	d.booted = true
-	d.mu.Unlock()
+	restored := d.workers.restore(ctx)
+	d.boot.setBooted()
 	d.startSessions(ctx)
-	d.phaseDone(4, "workers", "phase 4/4 workers on demand ready", t4, d.log.Info().Int("restored_workers", restored))
-	d.log.Info().Int64("duration_ms", d.now().Sub(d.started).Milliseconds()).Msg("boot complete")
+	d.boot.phaseDone(4, "workers", "phase 4/4 workers on demand ready", t4, d.log.Info().Int("restored_workers", restored))
+	d.log.Info().Int64("duration_ms", d.now().Sub(d.boot.started).Milliseconds()).Msg("boot complete")
 	if n := BootNotice(d.data); n != "" {
 		d.log.Warn().Str("notice", n).Msg("the first boot reported a problem (DATA/boot-notice; openstarry status shows it)")
 	}
-	if d.o.Booted != nil {
-		d.o.Booted()
+	if d.booted != nil {
+		d.booted()
 	}
+}
+
+// shutdown stops the session dispatchers (a task cut short by a clean
+// stop is not a crash), then every agent, the last started first, then ends the
+// handoffs (they resume at the next boot).
+func (d *Daemon) shutdown() {
+	d.pauseSessions()
+	n := d.super.stopAll()
+	d.cancelLife()
+	d.handoffs.wait()
+	d.log.Info().Int("agents", n).Msg("all agents stopped")
+}
+
+// bootState is what the daemon knows of this boot and of the run before
+// it: when it started, the phases done, whether phase 4 is (spawns are
+// accepted from then on), the state store and the interrupted agents
+// phase 1 found, and how the previous run ended (the boot journal,
+// journal.go).
+type bootState struct {
+	runDir string
+	log    zerolog.Logger
+	now    func() time.Time
+
+	started time.Time // set by run before anything is served; read-only after
+
+	mu          sync.Mutex // guards the fields below
+	phases      []control.Phase
+	booted      bool
+	interrupted []control.Interruption
+	store       *control.StoreState // the state store as phase 1 found it
+	previousRun string              // none, clean, crash, power_loss
+}
+
+// phaseDone records boot phase n and logs msg with its duration on ev.
+func (b *bootState) phaseDone(n int, name, msg string, start time.Time, ev *zerolog.Event) {
+	dur := b.now().Sub(start)
+	b.mu.Lock()
+	b.phases = append(b.phases, control.Phase{N: n, Name: name, DurationMs: float64(dur.Microseconds()) / 1000, Done: true})
+	b.mu.Unlock()
+	ev.Int("phase", n).Float64("duration_ms", float64(dur.Microseconds())/1000).Msg(msg)
+}
+
+func (b *bootState) setBooted() {
+	b.mu.Lock()
+	b.booted = true
+	b.mu.Unlock()
+}
+
+// isBooted reports whether phase 4 has begun accepting spawns.
+func (b *bootState) isBooted() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.booted
+}
+
+func (b *bootState) setStore(s *control.StoreState) {
+	b.mu.Lock()
+	b.store = s
+	b.mu.Unlock()
+}
+
+func (b *bootState) stateStore() *control.StoreState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.store
+}
+
+func (b *bootState) setInterrupted(in []control.Interruption) {
+	b.mu.Lock()
+	b.interrupted = in
+	b.mu.Unlock()
+}
+
+// fill copies the boot's record into a status.
+func (b *bootState) fill(st *control.Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st.Started = b.started
+	st.Phases = append([]control.Phase(nil), b.phases...)
+	st.Interrupted = append([]control.Interruption(nil), b.interrupted...)
+	st.StateStore, st.PreviousRun = b.store, b.previousRun
 }

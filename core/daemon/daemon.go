@@ -100,51 +100,54 @@ type Options struct {
 	Web func(api http.Handler) http.Handler
 }
 
-// Daemon is the Orchestrator: the boot sequence, the supervisors of the
-// agent processes, the control API and the HTTP listener.
+// Daemon is the Orchestrator: a composition of parts, each of which owns
+// its state and the lock that guards it, and the boot sequence that starts
+// them in order (boot.go). Its own fields are the environment its parts
+// share (read-only once built), the resources the boot opened, and the link
+// to session continuity (sessions.go).
+//
+//   - boot (bootState, boot.go, journal.go): when this boot started, the
+//     phases done, whether phase 4 is, what phase 1 found (interrupted
+//     agents, the state store) and how the previous run ended.
+//   - infra (infraSet, infra.go): the infrastructure plugins and which are up.
+//   - super (supervisor, members.go, supervise.go): the process table, one
+//     member per agent id, each with the goroutine that owns its process.
+//   - specs (specs, spec.go): templates resolved and frozen into
+//     blueprints, and the command line of an agent process.
+//   - workers (workers, workers.go, retire.go, registry.go): workers on
+//     demand, their registry DATA/run/workers.json, ephemeral retirement.
+//   - handoffs (handoffs, handoff.go): tasks carried from a requester to a
+//     worker and results back.
+//   - ctl (controlAPI, api.go): the control API and its tokens.
+//   - httpd (httpAPI, httpd.go, proxy.go): the HTTP listener.
+//   - a reporter (status.go, metrics.go): status, /healthz and /metrics,
+//     read from the parts; it owns nothing.
 type Daemon struct {
-	o        Options
-	cfg      *config.Config
-	log      zerolog.Logger
-	data     string // absolute
-	runDir   string
-	launcher Launcher
-	now      func() time.Time
-	rand     func() float64
-	httpc    *http.Client        // to the agents' loopback APIs, with apiToken
-	apiToken string              // the agents' ports require it (control.EnvAPIToken)
-	retireMu sync.Mutex          // one ephemeral worker retired at a time
-	store    *control.StoreState // the state store as phase 1 found it (under mu)
+	cfg    *config.Config // Options.Config, Data made absolute
+	log    zerolog.Logger
+	data   string // absolute
+	runDir string
+	now    func() time.Time
+	httpc  *http.Client // to the agents' loopback APIs, with their per-boot token (agentAuth)
+	booted func()       // Options.Booted
 
-	token    string // the operator's: DATA/run/control.token
-	ctrlAddr string
-	httpAddr string
-	lock     *dirLock
-	reg      *registry
-	started  time.Time
-
-	sess        sessionManager // session continuity: DATA/sessions.db, opened in phase 1; none in a nosqlite build
-	previousRun string         // how the previous run ended (boot journal): none, clean, crash, power_loss
-
-	closers []func() // what the boot opened, closed in reverse when run returns
-
-	life       context.Context // ends at shutdown: handoffs stop
+	life       context.Context // ends at shutdown: handoffs, scrubs and the state notifications stop
 	cancelLife context.CancelFunc
-	handoffs   sync.WaitGroup
-	scrubs     sync.WaitGroup // the scrub of sessions.db, ended by life
-	events     chan control.AgentInfo
+	closers    []func() // what the boot opened, closed in reverse when run returns (the boot's goroutine only)
 
-	mu          sync.Mutex // guards the fields below
-	members     map[string]*member
-	seq         uint64
-	stopping    bool
-	booted      bool
-	phases      []control.Phase
-	interrupted []control.Interruption
-	recover     map[string]bool
-	infraUp     []bool
-	agentTokens map[string]string // control token → the agent it was handed to
-	tokenOf     map[string]string // agent id → its control token
+	boot     *bootState
+	infra    *infraSet
+	super    *supervisor
+	specs    *specs
+	workers  *workers
+	handoffs *handoffs
+	ctl      *controlAPI
+	httpd    *httpAPI
+
+	// The link to session continuity (sessions.go).
+	sess   sessionManager // DATA/sessions.db, opened in phase 1; none in a nosqlite build
+	scrubs sync.WaitGroup // the scrub of sessions.db, ended by life
+	mu     sync.Mutex     // guards sessScrubs and sessDamage
 	// sessScrubs and sessDamage count the scrubs of sessions.db and the
 	// damaged parts they found.
 	sessScrubs, sessDamage uint64
@@ -177,20 +180,15 @@ func newDaemon(o Options) (*Daemon, error) {
 		return nil, err
 	}
 	cfg.Data = data
-	d := &Daemon{o: o, cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"),
-		now: o.Now, rand: o.Rand, members: map[string]*member{}, recover: map[string]bool{},
-		events: make(chan control.AgentInfo, 256)}
-	d.apiToken = crand.Text()
-	d.httpc = &http.Client{Timeout: 10 * time.Second, Transport: &agentAuth{token: d.apiToken,
-		base: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}}}
-	if d.now == nil {
-		d.now = time.Now
+	now, rnd := o.Now, o.Rand
+	if now == nil {
+		now = time.Now
 	}
-	if d.rand == nil {
-		d.rand = rand.Float64
+	if rnd == nil {
+		rnd = rand.Float64
 	}
-	d.launcher = o.Launcher
-	if d.launcher == nil {
+	launcher := o.Launcher
+	if launcher == nil {
 		exe := o.Executable
 		if exe == "" {
 			if exe, err = os.Executable(); err != nil {
@@ -205,17 +203,39 @@ func newDaemon(o Options) (*Daemon, error) {
 		if err != nil {
 			lvl = zerolog.InfoLevel
 		}
-		d.launcher = &ExecLauncher{Path: exe, Sink: sink, MinLevel: lvl}
+		launcher = &ExecLauncher{Path: exe, Sink: sink, MinLevel: lvl}
 	}
+	apiToken := crand.Text() // the agents' ports require it (control.EnvAPIToken)
+	d := &Daemon{cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"), now: now, booted: o.Booted,
+		httpc: &http.Client{Timeout: 10 * time.Second, Transport: &agentAuth{token: apiToken,
+			base: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}}}}
+	d.life, d.cancelLife = context.WithCancel(context.Background())
+
+	// The parts, allocated first so that each can be handed the others it
+	// uses, then built.
+	d.boot, d.infra, d.super, d.specs = new(bootState), new(infraSet), new(supervisor), new(specs)
+	d.workers, d.handoffs, d.ctl, d.httpd = new(workers), new(handoffs), new(controlAPI), new(httpAPI)
+	rep := &reporter{version: o.Version, revision: o.Revision, data: data, boot: d.boot, super: d.super,
+		infra: d.infra, workers: d.workers, httpd: d.httpd, httpc: d.httpc, sessions: d.sessionScrubs}
+	*d.boot = bootState{runDir: d.runDir, log: d.log, now: now}
+	*d.infra = infraSet{list: o.Infra, log: d.log, now: now}
+	*d.super = supervisor{cfg: &cfg, log: d.log, now: now, rand: rnd, launcher: launcher, launchSpec: d.specs.launchSpec,
+		onState: o.OnAgentState, events: make(chan control.AgentInfo, 256), members: map[string]*member{}, recover: map[string]bool{}}
+	*d.specs = specs{cfg: &cfg, data: data, runDir: d.runDir, res: o.Resolver, infra: d.infra, ctl: d.ctl, apiToken: apiToken}
+	*d.workers = workers{cfg: &cfg, log: d.log, now: now, data: data, boot: d.boot, super: d.super, specs: d.specs, handoffs: d.handoffs}
+	*d.handoffs = handoffs{log: d.log, life: d.life, httpc: d.httpc, super: d.super, workers: d.workers}
+	*d.ctl = controlAPI{cfg: &cfg, log: d.log, runDir: d.runDir, limits: o.HTTPLimits, super: d.super, specs: d.specs,
+		workers: d.workers, report: rep, sessionTool: d.handleSessionTool}
+	*d.httpd = httpAPI{cfg: &cfg, log: d.log, limits: o.HTTPLimits, web: o.Web, super: d.super, report: rep,
+		httpc: d.httpc, sessionRoutes: d.sessionRoutes}
 	return d, nil
 }
 
-func (d *Daemon) phaseDone(n int, name, msg string, start time.Time, ev *zerolog.Event) {
-	dur := d.now().Sub(start)
+// sessionScrubs returns the scrubs of sessions.db and the damage they found.
+func (d *Daemon) sessionScrubs() (scrubs, damage uint64) {
 	d.mu.Lock()
-	d.phases = append(d.phases, control.Phase{N: n, Name: name, DurationMs: float64(dur.Microseconds()) / 1000, Done: true})
-	d.mu.Unlock()
-	ev.Int("phase", n).Float64("duration_ms", float64(dur.Microseconds())/1000).Msg(msg)
+	defer d.mu.Unlock()
+	return d.sessScrubs, d.sessDamage
 }
 
 func shutdownServer(s *http.Server) {

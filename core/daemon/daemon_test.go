@@ -62,7 +62,7 @@ func TestBoot(t *testing.T) {
 		haveAddr = haveAddr || strings.HasPrefix(kv, control.EnvAddr+"=unix://")
 		// The agent's own token, not the operator's (TestAgentTokens).
 		tok, ok := strings.CutPrefix(kv, control.EnvToken+"=")
-		haveToken = haveToken || ok && tok != "" && tok != e.d.token && tok == e.d.agentToken("master")
+		haveToken = haveToken || ok && tok != "" && tok != e.d.ctl.token && tok == e.d.ctl.agentToken("master")
 	}
 	if !haveAddr || !haveToken {
 		t.Fatalf("control API not in the environment: %v", spec.Env)
@@ -74,14 +74,15 @@ func TestBoot(t *testing.T) {
 func TestEnvScrubbed(t *testing.T) {
 	t.Setenv("OPENSTARRY_LISTEN", "0.0.0.0:1")
 	t.Setenv("OPENSTARRY_KEY_FOR_LLM", "k")
-	d := &Daemon{cfg: config.Default(), data: "/d", ctrlAddr: "unix:///x", token: "tok"}
-	ls := d.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", KeepEnv: []string{"OPENSTARRY_KEY_FOR_LLM"}})
+	d := &Daemon{cfg: config.Default(), data: "/d"}
+	d.specs = &specs{cfg: d.cfg, data: d.data, infra: &infraSet{}, ctl: &controlAPI{addr: "unix:///x", token: "tok"}}
+	ls := d.specs.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", KeepEnv: []string{"OPENSTARRY_KEY_FOR_LLM"}})
 	env := strings.Join(ls.Env, "\n")
 	if strings.Contains(env, "OPENSTARRY_LISTEN") || !strings.Contains(env, "OPENSTARRY_KEY_FOR_LLM=k") {
 		t.Fatalf("env:\n%s", env)
 	}
 	d.cfg.Log.Level = "error"
-	ls = d.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", Storage: "bbolt:///x"})
+	ls = d.specs.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", Storage: "bbolt:///x"})
 	if j := strings.Join(ls.Args, " "); !strings.Contains(j, "--log-level info") || strings.Contains(j, "--store") {
 		t.Fatalf("args %s", j)
 	}
@@ -153,8 +154,8 @@ func TestBackoff(t *testing.T) {
 		{1, 0, 80 * time.Millisecond, "-20%"},
 		{1, 0.999999, 120 * time.Millisecond, "+20%"},
 	} {
-		d := &Daemon{cfg: cfg, rand: func() float64 { return tc.r }}
-		if got := d.backoff(tc.n); got.Round(time.Millisecond) != tc.want {
+		d := &Daemon{super: &supervisor{cfg: cfg, rand: func() float64 { return tc.r }}}
+		if got := d.super.backoff(tc.n); got.Round(time.Millisecond) != tc.want {
 			t.Errorf("backoff(%d, r=%v) = %v, want %v (%s)", tc.n, tc.r, got, tc.want, tc.comment)
 		}
 	}
@@ -204,7 +205,7 @@ func TestCrashloop(t *testing.T) {
 // TestCrashAfterRunning: a running agent that dies is restarted.
 func TestCrashAfterRunning(t *testing.T) {
 	e := startEnv(t, testConfig(t), testResolver(nil), nil)
-	m := e.d.member("master")
+	m := e.d.super.member("master")
 	e.l.mu.Lock()
 	e.l.live[m.info().PID].exit(errors.New("signal: killed"), -1, "")
 	e.l.mu.Unlock()
@@ -294,7 +295,7 @@ func TestWorkers(t *testing.T) {
 	if got.Type != WorkerResultType || wr.Worker != "w1" || wr.TaskID != "job-1" || wr.Status != agent.ResultDone || string(wr.Output) != `"hello"` {
 		t.Fatalf("worker result %+v %s", got, got.Input)
 	}
-	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e.d.reg.snapshot().Handoffs) == 0 })
+	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e.d.workers.reg.snapshot().Handoffs) == 0 })
 
 	for _, tc := range []struct {
 		name      string
@@ -332,7 +333,7 @@ func TestWorkers(t *testing.T) {
 	if _, err := e.client.Manage(ctx, "master", control.AgentRequest{Action: control.ActionStop, AgentID: "w1"}); err != nil {
 		t.Fatal(err)
 	}
-	if e.d.member("w1") != nil || len(e.d.reg.snapshot().Workers) != 0 {
+	if e.d.super.member("w1") != nil || len(e.d.workers.reg.snapshot().Workers) != 0 {
 		t.Fatal("stopped worker still known")
 	}
 	// The id is free again; a generated id is template-based.
@@ -381,7 +382,7 @@ func TestWorkersRestored(t *testing.T) {
 		_, _ = e.client.Manage(context.Background(), "master", control.AgentRequest{Action: "spawn", Template: "worker", AgentID: "w3",
 			Task: json.RawMessage(`{"task_id":"r1","input":"again"}`)})
 	}()
-	wait.For(t, 10*time.Second, "registered", func() bool { return len(e.d.reg.snapshot().Handoffs) == 1 })
+	wait.For(t, 10*time.Second, "registered", func() bool { return len(e.d.workers.reg.snapshot().Handoffs) == 1 })
 	e.stop()
 	if e.l.liveCount() != 0 {
 		t.Fatal("processes left after shutdown")
@@ -393,7 +394,7 @@ func TestWorkersRestored(t *testing.T) {
 	e2 := startEnv(t, cfg, res, nil)
 	e2.waitState("w3", control.StateRunning)
 	wait.For(t, 10*time.Second, "resumed result", func() bool { _, ok := e2.agents.task("master", "worker_result:w3:r1"); return ok })
-	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e2.d.reg.snapshot().Handoffs) == 0 })
+	wait.For(t, 10*time.Second, "handoff forgotten", func() bool { return len(e2.d.workers.reg.snapshot().Handoffs) == 0 })
 }
 
 // TestShutdownOrder: the last started stops first; the master last.
@@ -418,7 +419,7 @@ func TestShutdownOrder(t *testing.T) {
 
 func TestHTTP(t *testing.T) {
 	e := startEnv(t, testConfig(t), testResolver(nil), nil)
-	base := e.d.httpAddr
+	base := e.d.httpd.addr
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -477,9 +478,12 @@ func TestHTTP(t *testing.T) {
 }
 
 func TestHTTPToken(t *testing.T) {
-	d := &Daemon{cfg: config.Default(), log: zerolog.Nop()}
+	d, err := newDaemon(Options{Config: config.Default(), Resolver: testResolver(nil), Launcher: newFakeLauncher(""), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
 	d.cfg.HTTP.Token = "s3cret"
-	h := d.httpHandler()
+	h := d.httpd.handler()
 	for _, tc := range []struct {
 		remote, auth string
 		want         int
@@ -603,7 +607,7 @@ func TestAgentTokens(t *testing.T) {
 		return c
 	}
 	master := as("master")
-	if tokenOf("master") == e.d.token {
+	if tokenOf("master") == e.d.ctl.token {
 		t.Fatal("the master was handed the operator's token")
 	}
 	if _, err := master.Status(ctx); err != nil {
@@ -623,7 +627,7 @@ func TestAgentTokens(t *testing.T) {
 		t.Fatalf("spawn: %v", err)
 	}
 	e.waitState("w1", control.StateRunning)
-	if got := e.d.member("w1").getSpec().Requester; got != "master" {
+	if got := e.d.super.member("w1").getSpec().Requester; got != "master" {
 		t.Fatalf("w1's requester = %q", got)
 	}
 	// The worker may not stop itself or its siblings; its spawner may.
@@ -660,20 +664,20 @@ func TestRetirementFinishedAtBoot(t *testing.T) {
 	store := cfg.Store[len("memtest://"):]
 	res := testResolver(map[string]string{"master": masterWithManager})
 	e := startEnv(t, cfg, res, nil)
-	if err := e.d.reg.addWorker(regWorker{ID: "w5", Template: "worker", Requester: "master", Created: time.Now()}, nil); err != nil {
+	if err := e.d.workers.reg.addWorker(regWorker{ID: "w5", Template: "worker", Requester: "master", Created: time.Now()}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.d.reg.setRetiring("w5"); err != nil {
+	if err := e.d.workers.reg.setRetiring("w5"); err != nil {
 		t.Fatal(err)
 	}
 	putSnapshot(store, &agent.Snapshot{AgentID: "w5", TickIndex: 3, Status: agent.StatusStopped})
 	e.stop()
 	e2 := startEnv(t, cfg, res, nil)
 	e2.waitState("master", control.StateRunning)
-	if e2.d.member("w5") != nil {
+	if e2.d.super.member("w5") != nil {
 		t.Fatal("a retiring worker was restored")
 	}
-	if slices.ContainsFunc(e2.d.reg.snapshot().Workers, func(w regWorker) bool { return w.ID == "w5" }) {
+	if slices.ContainsFunc(e2.d.workers.reg.snapshot().Workers, func(w regWorker) bool { return w.ID == "w5" }) {
 		t.Fatal("the retired worker is still in the registry")
 	}
 	memMu.Lock()
@@ -724,7 +728,7 @@ func TestLaunchSpecDigest(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec := agentSpec{Blueprint: "/data/run/blueprints/w1/worker.json", Digest: "sha256:abc"}
-	args := d.launchSpec("w1", control.RoleWorker, spec).Args
+	args := d.specs.launchSpec("w1", control.RoleWorker, spec).Args
 	i := slices.Index(args, "--template-digest")
 	if i < 0 || i+1 >= len(args) || args[i+1] != spec.Digest || !slices.Contains(args, spec.Blueprint) {
 		t.Fatalf("args %q: no --template-digest %s beside the blueprint", args, spec.Digest)

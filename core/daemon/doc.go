@@ -36,22 +36,36 @@
 //     task is handed over, the task and the worker_result task carry
 //     deterministic ids, and agents drop duplicate ids.
 //
-// # Files, one job each
+// # Parts, each the owner of its state
 //
-//   - Boot: daemon.go (Options, Daemon, Run), boot.go (the four phases,
-//     one method each: bootInfrastructure, bootDesignLayer, bootMaster,
-//     bootWorkers), lock.go, journal.go, scan.go.
-//   - Supervision: members.go (the set of agents), spec.go (resolving and
-//     freezing a blueprint, an agent's command line), supervise.go (one
-//     supervisor per agent: start, backoff, crashloop), process.go (the
-//     Launcher and agent processes).
-//   - Worker handoff: workers.go (spawn and stop on demand), handoff.go,
-//     retire.go, registry.go (DATA/run/workers.json).
-//   - The HTTP edge: errors.go (the sentinels the other jobs return, and
-//     httpError, the only place that turns them into a status and a code),
-//     api.go (the control API), httpd.go (the HTTP listener and /healthz),
-//     proxy.go (/agents/... to the agents' own APIs), status.go, metrics.go
-//     (GET /metrics, written by core/metrics), sessions.go.
+// Daemon (daemon.go) is a composition: run and its four phases (boot.go)
+// start the parts in order and stop them in reverse. Each part owns its
+// state and the lock that guards it, and reaches the others through a few
+// methods only:
+//
+//   - bootState (boot.go, journal.go): the phases done, whether phase 4
+//     is, the interrupted agents and the state store phase 1 found
+//     (scan.go), the boot journal DATA/run/boot.json. lock.go holds
+//     DATA/run/daemon.lock.
+//   - infraSet (infra.go): the infrastructure plugins and which are up.
+//   - supervisor (members.go): the process table, one member per agent
+//     id; member (supervise.go) is one supervisor goroutine: start,
+//     backoff, crashloop; process.go is the Launcher and agent processes.
+//   - specs (spec.go): a template resolved and frozen into a blueprint,
+//     and an agent's command line and environment.
+//   - workers (workers.go, retire.go, registry.go): spawn and stop on
+//     demand, restore at boot, retire ephemeral ones; the registry
+//     DATA/run/workers.json. handoffs (handoff.go): a task to a worker and
+//     its result back.
+//   - controlAPI (api.go): the control API and its tokens.
+//   - httpAPI (httpd.go, proxy.go): the HTTP listener and /agents/... to
+//     the agents' own APIs.
+//   - reporter (status.go, metrics.go): status, /healthz and GET /metrics
+//     (written by core/metrics), read from the parts; it owns nothing.
+//   - errors.go: the sentinels the parts return, and httpError, the only
+//     place that turns them into a status and a code.
+//   - sessions.go: the link to session continuity (sessions.db, the
+//     seed-003 routes, the agents' session tools).
 //
 // The Prometheus exposition (the writer, the Go runtime and process
 // metrics, the agents' save histogram, reading an agent's exposition back)

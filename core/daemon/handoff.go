@@ -9,7 +9,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sync"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
@@ -31,26 +34,45 @@ type WorkerResult struct {
 
 var errGone = errors.New("agent is no longer supervised")
 
-func (d *Daemon) startHandoff(h handoff) {
-	d.handoffs.Add(1)
+// handoffs carries tasks from requesters to workers and their results
+// back (run), each in its own goroutine, until the daemon's life ends: a
+// handoff cut short resumes at the next boot from the registry (the
+// workers' part records each one before it starts). It owns those
+// goroutines; the agents' addresses come from the supervisor.
+type handoffs struct {
+	log     zerolog.Logger
+	life    context.Context // ends at shutdown: every handoff stops
+	httpc   *http.Client    // to the agents' loopback APIs
+	super   *supervisor
+	workers *workers // the registry; retirement once a worker's last result is delivered
+
+	wg sync.WaitGroup // the running handoffs
+}
+
+// start carries h in its own goroutine.
+func (hs *handoffs) start(h handoff) {
+	hs.wg.Add(1)
 	go func() {
-		defer d.handoffs.Done()
-		d.runHandoff(d.life, h)
+		defer hs.wg.Done()
+		hs.run(hs.life, h)
 	}()
 }
 
-// runHandoff takes one task from the requester to the worker and its
+// wait waits for the handoffs to end (after the daemon's life has).
+func (hs *handoffs) wait() { hs.wg.Wait() }
+
+// run takes one task from the requester to the worker and its
 // result back: (1) POST the task to the worker until it is durable there,
 // and record that; (2) poll its state until it is final; (3) POST a
 // worker_result task to the requester until it is durable there, then
 // forget the handoff. Each step is repeated after a restart of either
 // agent or of the daemon; the ids make repetitions duplicates.
-func (d *Daemon) runHandoff(ctx context.Context, h handoff) {
-	log := d.log.With().Str("worker", h.Worker).Str("task", h.TaskID).Str("requester", h.Requester).Logger()
+func (hs *handoffs) run(ctx context.Context, h handoff) {
+	log := hs.log.With().Str("worker", h.Worker).Str("task", h.TaskID).Str("requester", h.Requester).Logger()
 	var res WorkerResult
 	if !h.Handed {
-		err := d.retry(ctx, h.Worker, func(addr string) (bool, error) {
-			code, body, err := d.postTask(ctx, addr, h.Worker, h.Task)
+		err := hs.retry(ctx, h.Worker, func(addr string) (bool, error) {
+			code, body, err := hs.postTask(ctx, addr, h.Worker, h.Task)
 			switch {
 			case err != nil:
 				return false, nil
@@ -67,21 +89,21 @@ func (d *Daemon) runHandoff(ctx context.Context, h handoff) {
 		case err != nil:
 			res = WorkerResult{Status: agent.ResultFailed, Error: err.Error()}
 		default:
-			if err := d.reg.markHanded(h.Worker, h.TaskID); err != nil {
+			if err := hs.workers.reg.markHanded(h.Worker, h.TaskID); err != nil {
 				log.Error().Err(err).Msg("recording the handoff")
 			}
 			log.Info().Msg("task handed to the worker")
 		}
 	}
 	if res.Status == "" {
-		err := d.retry(ctx, h.Worker, func(addr string) (bool, error) {
-			st, code, err := d.getTask(ctx, addr, h.Worker, h.TaskID)
+		err := hs.retry(ctx, h.Worker, func(addr string) (bool, error) {
+			st, code, err := hs.getTask(ctx, addr, h.Worker, h.TaskID)
 			switch {
 			case err != nil:
 				return false, nil
 			case code == http.StatusNotFound:
 				// Not known there (never durable?): hand it again.
-				_, _, _ = d.postTask(ctx, addr, h.Worker, h.Task)
+				_, _, _ = hs.postTask(ctx, addr, h.Worker, h.Task)
 				return false, nil
 			case code != http.StatusOK:
 				return false, nil
@@ -103,8 +125,8 @@ func (d *Daemon) runHandoff(ctx context.Context, h handoff) {
 	res.Worker, res.TaskID = h.Worker, h.TaskID
 	log.Info().Str("status", res.Status).Msg("worker result ready; forwarding it to the requester")
 	task := resultTask(res, 0)
-	err := d.retry(ctx, h.Requester, func(addr string) (bool, error) {
-		code, body, err := d.postTask(ctx, addr, h.Requester, task)
+	err := hs.retry(ctx, h.Requester, func(addr string) (bool, error) {
+		code, body, err := hs.postTask(ctx, addr, h.Requester, task)
 		switch {
 		case err != nil:
 			return false, nil
@@ -126,11 +148,11 @@ func (d *Daemon) runHandoff(ctx context.Context, h handoff) {
 	} else {
 		log.Info().Str("result_task", control.ResultTaskID(h.Worker, h.TaskID)).Msg("worker result delivered to the requester")
 	}
-	if err := d.reg.removeHandoff(h.Worker, h.TaskID); err != nil {
+	if err := hs.workers.reg.removeHandoff(h.Worker, h.TaskID); err != nil {
 		log.Error().Err(err).Msg("forgetting the handoff")
 		return
 	}
-	d.retireIfDone(ctx, h.Worker)
+	hs.workers.retireIfDone(ctx, h.Worker)
 }
 
 // resultTask builds the worker_result task. With dropped > 0 the output
@@ -152,10 +174,10 @@ func resultTask(res WorkerResult, dropped int) json.RawMessage {
 // retry runs fn against agent id's address whenever it runs, until fn
 // reports done, the agent leaves the daemon (errGone) or ctx ends. Between
 // attempts it waits 20ms, doubling to 1s.
-func (d *Daemon) retry(ctx context.Context, id string, fn func(addr string) (bool, error)) error {
+func (hs *handoffs) retry(ctx context.Context, id string, fn func(addr string) (bool, error)) error {
 	wait := 20 * time.Millisecond
 	for {
-		addr, err := d.waitRunning(ctx, id)
+		addr, err := hs.super.waitRunning(ctx, id)
 		if err != nil {
 			return err
 		}
@@ -174,27 +196,7 @@ func (d *Daemon) retry(ctx context.Context, id string, fn func(addr string) (boo
 	}
 }
 
-// waitRunning returns the address of agent id once it runs.
-func (d *Daemon) waitRunning(ctx context.Context, id string) (string, error) {
-	for {
-		m := d.member(id)
-		if m == nil {
-			return "", fmt.Errorf("%w (%s)", errGone, id)
-		}
-		st, addr, ch := m.watch()
-		if st == control.StateRunning {
-			return addr, nil
-		}
-		select {
-		case <-ch:
-		case <-m.done:
-		case <-ctx.Done():
-			return "", ctx.Err()
-		}
-	}
-}
-
-func (d *Daemon) postTask(ctx context.Context, addr, id string, task json.RawMessage) (int, []byte, error) {
+func (hs *handoffs) postTask(ctx context.Context, addr, id string, task json.RawMessage) (int, []byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "POST", addr+"/agents/"+url.PathEscape(id)+"/tasks", bytes.NewReader(task))
@@ -202,7 +204,7 @@ func (d *Daemon) postTask(ctx context.Context, addr, id string, task json.RawMes
 		return 0, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := d.httpc.Do(req)
+	resp, err := hs.httpc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -211,14 +213,14 @@ func (d *Daemon) postTask(ctx context.Context, addr, id string, task json.RawMes
 	return resp.StatusCode, body, err
 }
 
-func (d *Daemon) getTask(ctx context.Context, addr, id, taskID string) (agent.TaskState, int, error) {
+func (hs *handoffs) getTask(ctx context.Context, addr, id, taskID string) (agent.TaskState, int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", addr+"/agents/"+url.PathEscape(id)+"/tasks/"+url.PathEscape(taskID), nil)
 	if err != nil {
 		return agent.TaskState{}, 0, err
 	}
-	resp, err := d.httpc.Do(req)
+	resp, err := hs.httpc.Do(req)
 	if err != nil {
 		return agent.TaskState{}, 0, err
 	}

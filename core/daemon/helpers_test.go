@@ -400,7 +400,7 @@ func (e *testEnv) waitState(id, state string) control.AgentInfo {
 	e.t.Helper()
 	var info control.AgentInfo
 	if err := wait.Poll(10*time.Second, func() error {
-		m := e.d.member(id)
+		m := e.d.super.member(id)
 		if m == nil {
 			return errors.New("no such member")
 		}
@@ -410,7 +410,7 @@ func (e *testEnv) waitState(id, state string) control.AgentInfo {
 		return nil
 	}); err != nil {
 		var got string
-		if m := e.d.member(id); m != nil {
+		if m := e.d.super.member(id); m != nil {
 			got = fmt.Sprintf("%+v", m.info())
 		}
 		e.t.Fatalf("agent %s never reached %s (now %s)", id, state, got)

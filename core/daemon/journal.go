@@ -80,29 +80,31 @@ func writeJournal(runDir string, r bootRecord) error {
 // openJournal logs how the previous run ended (from the boot journal and
 // the machine's boot id), then records this run's start, durably. It
 // returns how the previous run ended.
-func (d *Daemon) openJournal() (string, error) {
+func (b *bootState) openJournal() (string, error) {
 	bootID := machineBootID()
-	prev, rec := readJournal(d.runDir, bootID)
-	d.previousRun = prev
-	ev := d.log.Info()
+	prev, rec := readJournal(b.runDir, bootID)
+	b.mu.Lock()
+	b.previousRun = prev
+	b.mu.Unlock()
+	ev := b.log.Info()
 	if prev == PreviousCrash || prev == PreviousPowerLoss {
-		ev = d.log.Warn()
+		ev = b.log.Warn()
 	}
 	if rec != nil {
 		ev = ev.Time("previous_start", rec.StartedAt).Int("previous_pid", rec.PID)
 	}
 	ev.Str("previous_run", prev).Str("boot_id", bootID).Msgf("previous run: %s", prev)
-	if err := writeJournal(d.runDir, bootRecord{BootID: bootID, PID: os.Getpid(), StartedAt: d.started.UTC()}); err != nil {
+	if err := writeJournal(b.runDir, bootRecord{BootID: bootID, PID: os.Getpid(), StartedAt: b.started.UTC()}); err != nil {
 		return prev, err
 	}
 	return prev, nil
 }
 
 // journalCleanStop records that this run stopped cleanly.
-func (d *Daemon) journalCleanStop() {
-	now := d.now().UTC()
-	if err := writeJournal(d.runDir, bootRecord{BootID: machineBootID(), PID: os.Getpid(), StartedAt: d.started.UTC(),
+func (b *bootState) journalCleanStop() {
+	now := b.now().UTC()
+	if err := writeJournal(b.runDir, bootRecord{BootID: machineBootID(), PID: os.Getpid(), StartedAt: b.started.UTC(),
 		CleanStop: true, StoppedAt: &now}); err != nil {
-		d.log.Error().Err(err).Msg("recording the clean stop")
+		b.log.Error().Err(err).Msg("recording the clean stop")
 	}
 }

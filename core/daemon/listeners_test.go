@@ -32,17 +32,17 @@ func TestListenerErrors(t *testing.T) {
 	if !strings.HasPrefix(e.client.Addr(), "unix://") {
 		t.Skip("the control API is on a unix socket here only")
 	}
-	token := e.d.token
+	token := e.d.ctl.token
 	for _, tc := range []struct {
 		name, method, url, body string
 		auth                    bool
 		status                  int
 		code                    string
 	}{
-		{"http: unknown route", "GET", e.d.httpAddr + "/nope", "", false, 404, httpx.CodeNotFound},
-		{"http: root", "GET", e.d.httpAddr + "/", "", false, 404, httpx.CodeNotFound},
-		{"http: wrong method", "POST", e.d.httpAddr + "/healthz", "{}", false, 405, httpx.CodeMethodNotAllowed},
-		{"http: unknown agent", "GET", e.d.httpAddr + "/agents/ghost/snapshot", "", false, 404, control.CodeUnknownAgent},
+		{"http: unknown route", "GET", e.d.httpd.addr + "/nope", "", false, 404, httpx.CodeNotFound},
+		{"http: root", "GET", e.d.httpd.addr + "/", "", false, 404, httpx.CodeNotFound},
+		{"http: wrong method", "POST", e.d.httpd.addr + "/healthz", "{}", false, 405, httpx.CodeMethodNotAllowed},
+		{"http: unknown agent", "GET", e.d.httpd.addr + "/agents/ghost/snapshot", "", false, 404, control.CodeUnknownAgent},
 		{"control: no token", "GET", "http://d/v1/status", "", false, 401, control.CodeUnauthorized},
 		{"control: unknown route", "GET", "http://d/v1/nope", "", true, 404, httpx.CodeNotFound},
 		{"control: wrong method", "GET", "http://d/v1/manage", "", true, 405, httpx.CodeMethodNotAllowed},
@@ -83,7 +83,7 @@ func TestListenerLimits(t *testing.T) {
 		t.Skip("the control API is on a unix socket here only")
 	}
 	for _, l := range []struct{ name, network, addr, path string }{
-		{"http", "tcp", strings.TrimPrefix(e.d.httpAddr, "http://"), "/agents/master/tasks"},
+		{"http", "tcp", strings.TrimPrefix(e.d.httpd.addr, "http://"), "/agents/master/tasks"},
 		{"control", "unix", strings.TrimPrefix(e.client.Addr(), "unix://"), "/v1/manage"},
 	} {
 		t.Run(l.name, func(t *testing.T) {
@@ -98,7 +98,7 @@ func TestListenerLimits(t *testing.T) {
 			}
 			// A slow body: one byte every 100 ms of 100 announced.
 			c := dial()
-			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n", l.path, e.d.token)
+			fmt.Fprintf(c, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n", l.path, e.d.ctl.token)
 			closed := make(chan struct{})
 			go func() { _, _ = io.Copy(io.Discard, c); close(closed) }()
 			sent := 0

@@ -21,18 +21,16 @@ var allStates = []string{control.StateStarting, control.StateRunning, control.St
 // snapshot its ticks, queue and outbox; the Go runtime and the daemon's
 // process. Agents that serve GET /metrics themselves (the save latency
 // histogram) have those families added with an agent label.
-func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
-	st := d.status(r.Context(), true)
+func (rp *reporter) metrics(w http.ResponseWriter, r *http.Request) {
+	st := rp.status(r.Context(), true)
 	p := metrics.NewPage()
-	p.BuildInfo(d.o.Version, d.o.Revision)
-	p.Gauge("openstarry_daemon_start_time_seconds", float64(d.started.UnixMilli())/1000)
+	p.BuildInfo(rp.version, rp.revision)
+	p.Gauge("openstarry_daemon_start_time_seconds", float64(st.Started.UnixMilli())/1000)
 	for _, ph := range st.Phases {
 		p.Gauge("openstarry_boot_phase_duration_seconds", ph.DurationMs/1000, "phase", strconv.Itoa(ph.N), "name", ph.Name)
 	}
-	d.mu.Lock()
-	up := append([]bool(nil), d.infraUp...)
-	d.mu.Unlock()
-	for i, inf := range d.o.Infra {
+	up := rp.infra.started()
+	for i, inf := range rp.infra.list {
 		v, off := i < len(up) && up[i], false
 		if sr, ok := inf.(StatusReporter); ok {
 			s := sr.Status()
@@ -48,11 +46,9 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 			p.Gauge("openstarry_infra_up", b2f(v), "infra", inf.Name())
 		}
 	}
-	p.Gauge("openstarry_worker_handoffs_pending", float64(len(d.reg.snapshot().Handoffs)))
+	p.Gauge("openstarry_worker_handoffs_pending", float64(len(rp.workers.reg.snapshot().Handoffs)))
 	p.Gauge("openstarry_interrupted_agents", float64(len(st.Interrupted)))
-	d.mu.Lock()
-	scrubs := d.sessScrubs
-	d.mu.Unlock()
+	scrubs, _ := rp.sessions()
 	p.Counter("openstarry_sessions_db_scrubs_total", scrubs)
 	p.Counter("openstarry_sessions_db_damage_total", st.SessionsDamage)
 	for _, a := range st.Agents {
@@ -68,15 +64,12 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 			p.Gauge("openstarry_agent_state", b2f(a.State == s), "agent", a.ID, "state", s)
 		}
 	}
-	for _, m := range d.sortedMembers() {
-		m.mu.Lock()
-		rd := m.readyDur
-		m.mu.Unlock()
-		if rd > 0 {
+	for _, m := range rp.super.sorted() {
+		if rd := m.ready(); rd > 0 {
 			p.Gauge("openstarry_agent_ready_seconds", rd.Seconds(), "agent", m.id)
 		}
 	}
-	agents := d.agentMetrics(r.Context(), st.Agents)
+	agents := rp.agentMetrics(r.Context(), st.Agents)
 	p.Then(func(w io.Writer) { metrics.WriteLabelled(w, "agent", agents) })
 	p.Runtime()
 	w.Header().Set("Content-Type", metrics.ContentType)
@@ -85,7 +78,7 @@ func (d *Daemon) metrics(w http.ResponseWriter, r *http.Request) {
 
 // agentMetrics scrapes GET /metrics of every running agent (if it serves
 // one) and returns its openstarry_agent_* families.
-func (d *Daemon) agentMetrics(ctx context.Context, agents []control.AgentInfo) []metrics.Labelled {
+func (rp *reporter) agentMetrics(ctx context.Context, agents []control.AgentInfo) []metrics.Labelled {
 	var (
 		mu  sync.Mutex
 		all []metrics.Labelled
@@ -99,7 +92,7 @@ func (d *Daemon) agentMetrics(ctx context.Context, agents []control.AgentInfo) [
 		go func(a control.AgentInfo) {
 			defer wg.Done()
 			var fams map[string]*metrics.Family
-			if !d.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
+			if !rp.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
 				fams = metrics.Families(io.LimitReader(body, 4<<20), "openstarry_agent_")
 				return nil
 			}) {

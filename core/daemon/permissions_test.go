@@ -122,11 +122,11 @@ func TestControlAPIPermissions(t *testing.T) {
 		}
 	}
 	for _, id := range []string{"x1", "x2", "x3", "x4", "x5", "x6", "x7"} {
-		if e.d.member(id) != nil {
+		if e.d.super.member(id) != nil {
 			t.Errorf("refused spawn %s exists", id)
 		}
 	}
-	if e.d.member("w2") != nil {
+	if e.d.super.member("w2") != nil {
 		t.Error("w2 was not stopped")
 	}
 }

@@ -22,42 +22,42 @@ import (
 // a master is deleted.
 
 // retireIfDone retires worker when it is ephemeral and has no handoff left.
-func (d *Daemon) retireIfDone(ctx context.Context, worker string) {
-	d.retireMu.Lock()
-	defer d.retireMu.Unlock()
-	m := d.member(worker)
+func (w *workers) retireIfDone(ctx context.Context, worker string) {
+	w.retireMu.Lock()
+	defer w.retireMu.Unlock()
+	m := w.super.member(worker)
 	if m == nil || !m.getSpec().Ephemeral {
 		return
 	}
-	reg := d.reg.snapshot()
+	reg := w.reg.snapshot()
 	if slices.ContainsFunc(reg.Handoffs, func(h handoff) bool { return h.Worker == worker }) {
 		return
 	}
-	log := d.log.With().Str("agent", worker).Logger()
-	if err := d.reg.setRetiring(worker); err != nil {
+	log := w.log.With().Str("agent", worker).Logger()
+	if err := w.reg.setRetiring(worker); err != nil {
 		log.Error().Err(err).Msg("ephemeral worker not retired: recording it")
 		return
 	}
-	if err := d.removeMember(ctx, m); err != nil {
+	if err := w.super.remove(ctx, m); err != nil {
 		log.Error().Err(err).Msg("ephemeral worker not retired: stopping it")
 		return
 	}
-	kept, err := d.deleteSnapshot(ctx, worker, m.getSpec().Storage)
+	kept, err := w.deleteSnapshot(ctx, worker, m.getSpec().Storage)
 	switch {
 	case err != nil:
 		log.Error().Err(err).Msg("ephemeral worker stopped but its snapshot could not be deleted; the next boot tries again")
 		return
 	case kept != "":
 		log.Warn().Msgf("ephemeral worker %s not retired: %s; starting it again", worker, kept)
-		if err := d.reg.clearRetiring(worker); err != nil {
+		if err := w.reg.clearRetiring(worker); err != nil {
 			log.Error().Err(err).Msg("recording the worker")
 		}
-		if _, err := d.addMember(worker, m.role, m.getSpec()); err != nil {
+		if _, err := w.super.add(worker, m.role, m.getSpec()); err != nil {
 			log.Error().Err(err).Msg("ephemeral worker not started again")
 		}
 		return
 	}
-	if err := d.reg.removeWorker(worker); err != nil {
+	if err := w.reg.removeWorker(worker); err != nil {
 		log.Error().Err(err).Msg("forgetting the retired worker")
 		return
 	}
@@ -67,14 +67,14 @@ func (d *Daemon) retireIfDone(ctx context.Context, worker string) {
 // deleteSnapshot deletes an ephemeral worker's snapshot, unless it still
 // holds work (queued events, results not yet confirmed delivered): then it
 // says why in kept and deletes nothing.
-func (d *Daemon) deleteSnapshot(ctx context.Context, id, storeURL string) (kept string, err error) {
+func (w *workers) deleteSnapshot(ctx context.Context, id, storeURL string) (kept string, err error) {
 	if storeURL == "" {
-		storeURL = d.cfg.Store
+		storeURL = w.cfg.Store
 	}
 	if storeURL == "" {
 		storeURL = "bbolt://"
 	}
-	st, err := plugin.OpenStorage(ctx, storeURL, plugin.Env{DataDir: d.data, Log: d.log})
+	st, err := plugin.OpenStorage(ctx, storeURL, plugin.Env{DataDir: w.data, Log: w.log})
 	if err != nil {
 		return "", fmt.Errorf("state store: %w", err)
 	}
@@ -95,22 +95,22 @@ func (d *Daemon) deleteSnapshot(ctx context.Context, id, storeURL string) (kept 
 
 // finishRetirements completes the retirements a previous run recorded but
 // did not finish; it returns the ids it retired.
-func (d *Daemon) finishRetirements(ctx context.Context) []string {
+func (w *workers) finishRetirements(ctx context.Context) []string {
 	var done []string
-	for _, w := range d.reg.snapshot().Workers {
-		if !w.Retiring {
+	for _, rw := range w.reg.snapshot().Workers {
+		if !rw.Retiring {
 			continue
 		}
-		if _, err := d.deleteSnapshot(ctx, w.ID, w.Storage); err != nil {
-			d.log.Error().Str("agent", w.ID).Err(err).Msg("retiring an ephemeral worker: its snapshot could not be deleted")
+		if _, err := w.deleteSnapshot(ctx, rw.ID, rw.Storage); err != nil {
+			w.log.Error().Str("agent", rw.ID).Err(err).Msg("retiring an ephemeral worker: its snapshot could not be deleted")
 			continue
 		}
-		if err := d.reg.removeWorker(w.ID); err != nil {
-			d.log.Error().Str("agent", w.ID).Err(err).Msg("forgetting the retired worker")
+		if err := w.reg.removeWorker(rw.ID); err != nil {
+			w.log.Error().Str("agent", rw.ID).Err(err).Msg("forgetting the retired worker")
 			continue
 		}
-		d.log.Info().Str("agent", w.ID).Msgf("ephemeral worker %s retired (the previous run stopped before it finished)", w.ID)
-		done = append(done, w.ID)
+		w.log.Info().Str("agent", rw.ID).Msgf("ephemeral worker %s retired (the previous run stopped before it finished)", rw.ID)
+		done = append(done, rw.ID)
 	}
 	return done
 }

@@ -6,19 +6,22 @@ import (
 	"fmt"
 	neturl "net/url"
 
+	"github.com/rs/zerolog"
+
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
-// scanInterruptions opens the configured store, lists its agents and loads
+// scanStore opens the configured store (storeURL; "" is bbolt:// under
+// data), says whether it is durable, lists its agents and loads
 // each snapshot: one whose status is not STOPPED was not closed cleanly
 // (a crash, a power cut, a kill -9). Each is logged and returned; the agents
 // the daemon supervises are marked for recovery, and their hydration
 // resolves the interrupted tick. The store is closed before returning: a
 // bbolt file stays locked while a process has it open, and the agents must
 // open theirs.
-func (d *Daemon) scanInterruptions(ctx context.Context) ([]control.Interruption, error) {
-	url := d.cfg.Store
+func scanStore(ctx context.Context, storeURL, data string, log zerolog.Logger) (*control.StoreState, []control.Interruption, error) {
+	url := storeURL
 	if url == "" {
 		url = "bbolt://"
 	}
@@ -28,9 +31,9 @@ func (d *Daemon) scanInterruptions(ctx context.Context) ([]control.Interruption,
 		// into "bbolt:".
 		safe = u.Redacted()
 	}
-	st, err := plugin.OpenStorage(ctx, url, plugin.Env{DataDir: d.data, Log: d.log})
+	st, err := plugin.OpenStorage(ctx, url, plugin.Env{DataDir: data, Log: log})
 	if err != nil {
-		return nil, fmt.Errorf("phase 1/4: the state store %s is not usable, so no agent can start: %w", safe, err)
+		return nil, nil, fmt.Errorf("phase 1/4: the state store %s is not usable, so no agent can start: %w", safe, err)
 	}
 	ss := &control.StoreState{URL: safe, Durable: true}
 	if dr, ok := st.(plugin.Durability); ok {
@@ -38,40 +41,37 @@ func (d *Daemon) scanInterruptions(ctx context.Context) ([]control.Interruption,
 			ss.Durable, ss.Warning = false, w
 		}
 	}
-	d.mu.Lock()
-	d.store = ss
-	d.mu.Unlock()
 	defer func() {
 		if err := st.Close(); err != nil {
-			d.log.Warn().Err(err).Msg("closing the state store after the scan")
+			log.Warn().Err(err).Msg("closing the state store after the scan")
 		}
 	}()
 	lister, ok := st.(plugin.Lister)
 	if !ok {
-		d.log.Warn().Str("store", url).Msg("the state store cannot list its agents: no scan for abnormal interruptions")
-		return nil, nil
+		log.Warn().Str("store", url).Msg("the state store cannot list its agents: no scan for abnormal interruptions")
+		return ss, nil, nil
 	}
 	ids, err := lister.List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("state store: list agents: %w", err)
+		return ss, nil, fmt.Errorf("state store: list agents: %w", err)
 	}
 	var out []control.Interruption
 	for _, id := range ids {
 		snap, err := st.Load(ctx, id)
 		switch {
 		case errors.Is(err, plugin.ErrLocked):
-			d.log.Warn().Str("agent", id).Err(err).Msg("agent is running outside the daemon (its store is locked)")
+			log.Warn().Str("agent", id).Err(err).Msg("agent is running outside the daemon (its store is locked)")
 			out = append(out, control.Interruption{AgentID: id, Error: err.Error()})
 		case err != nil:
-			d.log.Error().Str("agent", id).Err(err).Msg("agent's snapshot cannot be read")
+			log.Error().Str("agent", id).Err(err).Msg("agent's snapshot cannot be read")
 			out = append(out, control.Interruption{AgentID: id, Error: err.Error()})
 		case snap == nil:
 		case !snap.Status.Clean():
-			d.log.Warn().Str("agent", id).Uint64("tick", snap.TickIndex).Str("status", string(snap.Status)).
+			log.Warn().Str("agent", id).Uint64("tick", snap.TickIndex).Str("status", string(snap.Status)).
 				Int("queued", len(snap.EventQueueBackup)).
 				Msgf("abnormal interruption: agent %s at tick %d status %s", id, snap.TickIndex, snap.Status)
 			out = append(out, control.Interruption{AgentID: id, Tick: snap.TickIndex, Status: string(snap.Status)})
 		}
 	}
-	return out, nil
+	return ss, out, nil
 }

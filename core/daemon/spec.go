@@ -14,29 +14,43 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
+	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
-// An agent's spec: its template resolved and frozen to a read-only
-// blueprint, and the command line and environment of its process.
+// specs turns templates into what agent processes start from: a template
+// resolved by the design layer and frozen to a read-only blueprint
+// (agentSpec), and the command line and environment of the process
+// (LaunchSpec). It owns nothing that changes: its inputs are the
+// configuration, the resolver, the infrastructure plugins' arguments, the
+// control API's address and tokens, and the agents' API token.
+type specs struct {
+	cfg      *config.Config
+	data     string // absolute
+	runDir   string // blueprints are frozen under runDir/blueprints
+	res      Resolver
+	infra    *infraSet   // each plugin's AgentArgs
+	ctl      *controlAPI // its address and the agent's own token
+	apiToken string      // the agents' ports require it (control.EnvAPIToken)
+}
 
 // resolveSpec resolves a template and freezes it for agent id (see
 // freeze). With wantRole, a template of another role is refused before
 // anything is written.
-func (d *Daemon) resolveSpec(ctx context.Context, id, name, requester, wantRole string) (agentSpec, error) {
+func (s *specs) resolveSpec(ctx context.Context, id, name, requester, wantRole string) (agentSpec, error) {
 	if err := agent.ValidateID(id); err != nil {
 		return agentSpec{}, err
 	}
-	res, err := d.o.Resolver.Resolve(ctx, name)
+	res, err := s.res.Resolve(ctx, name)
 	if err != nil {
 		return agentSpec{}, err
 	}
 	if wantRole != "" && res.Template.Role != wantRole {
 		return agentSpec{}, fmt.Errorf("%w: template %s has role %s, not %s", errRole, name, res.Template.Role, wantRole)
 	}
-	return d.freeze(id, res, requester)
+	return s.freeze(id, res, requester)
 }
 
 // errRole is wrapped when a template of the wrong role is asked for.
@@ -46,8 +60,8 @@ var errRole = errors.New("wrong template role")
 // atomically and read-only: the blueprint the agent process reads, which
 // never changes under it. The file is named after the template because a
 // template file must be.
-func (d *Daemon) freeze(id string, res *design.Resolved, requester string) (agentSpec, error) {
-	dir := filepath.Join(d.runDir, "blueprints", id)
+func (s *specs) freeze(id string, res *design.Resolved, requester string) (agentSpec, error) {
+	dir := filepath.Join(s.runDir, "blueprints", id)
 	if err := privfs.MkdirAll(dir); err != nil {
 		return agentSpec{}, fmt.Errorf("freeze blueprint: %w", err)
 	}
@@ -94,19 +108,19 @@ func secretEnvs(t *design.Template) []string {
 // OPENSTARRY_* variable, so that every setting an agent runs with is one the
 // daemon decided (flag > env > file > default was resolved here), plus the
 // control API's address and the agent's own token.
-func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
-	lvl := strings.ToLower(d.cfg.Log.Level)
+func (s *specs) launchSpec(id, role string, spec agentSpec) LaunchSpec {
+	lvl := strings.ToLower(s.cfg.Log.Level)
 	if l, err := zerolog.ParseLevel(lvl); err != nil || l > zerolog.InfoLevel {
 		lvl = "info" // readiness is an info line; the daemon filters what it forwards
 	}
-	args := []string{"core", "--agent", id, "--data", d.data, "--template", spec.Blueprint, "--template-digest", spec.Digest,
+	args := []string{"core", "--agent", id, "--data", s.data, "--template", spec.Blueprint, "--template-digest", spec.Digest,
 		"--template-source", spec.Source, "--listen", "127.0.0.1:0", "--log-level", lvl, "--log-format", "json"}
-	if spec.Storage == "" && d.cfg.Store != "" {
-		args = append(args, "--store", d.cfg.Store)
+	if spec.Storage == "" && s.cfg.Store != "" {
+		args = append(args, "--store", s.cfg.Store)
 	}
 	// Always, 0 (no scrub) included: the agent's own default is not the
 	// daemon's word.
-	args = append(args, "--scrub-interval", d.cfg.ScrubInterval.String())
+	args = append(args, "--scrub-interval", s.cfg.ScrubInterval.String())
 	env := make([]string, 0, len(os.Environ())+8)
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
@@ -115,9 +129,9 @@ func (d *Daemon) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 		}
 		env = append(env, kv)
 	}
-	env = append(env, control.EnvAddr+"="+d.ctrlAddr, control.EnvToken+"="+d.agentToken(id), control.EnvAPIToken+"="+d.apiToken,
+	env = append(env, control.EnvAddr+"="+s.ctl.addr, control.EnvToken+"="+s.ctl.agentToken(id), control.EnvAPIToken+"="+s.apiToken,
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
-	for _, inf := range d.o.Infra {
+	for _, inf := range s.infra.list {
 		a, e := inf.AgentArgs(id, role)
 		args = append(args, a...)
 		env = append(env, e...)

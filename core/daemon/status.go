@@ -14,22 +14,35 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
-// The status of the daemon and its agents, as `openstarry status`, GET
-// /status and GET /v1/status show it.
+// reporter says what the daemon and its agents are doing: the status of
+// `openstarry status`, GET /status and GET /v1/status, GET /healthz, and
+// GET /metrics (metrics.go). It owns no state: it reads the parts', each
+// under its own lock, and asks the running agents' loopback APIs for their
+// snapshots and metrics.
+type reporter struct {
+	version, revision string // Options.Version, Options.Revision
+	data              string // absolute
+	boot              *bootState
+	super             *supervisor
+	infra             *infraSet
+	workers           *workers                       // the registry's pending handoffs
+	httpd             *httpAPI                       // its address
+	httpc             *http.Client                   // to the agents' loopback APIs
+	sessions          func() (scrubs, damage uint64) // the scrubs of sessions.db (sessions.go)
+}
 
 // status describes the daemon and its agents; with snaps, each running
 // agent is asked for its snapshot (tick, queue, outbox) in parallel.
-func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
-	ms := d.sortedMembers()
-	d.mu.Lock()
-	st := control.Status{PID: os.Getpid(), Version: d.o.Version, Data: d.data, Started: d.started, HTTP: d.httpAddr,
-		Phases: append([]control.Phase(nil), d.phases...), Interrupted: append([]control.Interruption(nil), d.interrupted...),
-		StateStore: d.store, PreviousRun: d.previousRun, SessionsDamage: d.sessDamage}
-	d.mu.Unlock()
-	st.Notice = BootNotice(d.data)
+func (rp *reporter) status(ctx context.Context, snaps bool) control.Status {
+	ms := rp.super.sorted()
+	st := control.Status{PID: os.Getpid(), Version: rp.version, Data: rp.data, HTTP: rp.httpd.addr}
+	rp.boot.fill(&st)
+	_, st.SessionsDamage = rp.sessions()
+	st.Notice = BootNotice(rp.data)
 	st.Agents = make([]control.AgentInfo, len(ms))
 	var wg sync.WaitGroup
 	for i, m := range ms {
@@ -40,7 +53,7 @@ func (d *Daemon) status(ctx context.Context, snaps bool) control.Status {
 		wg.Add(1)
 		go func(a *control.AgentInfo) {
 			defer wg.Done()
-			d.fillSnapshot(ctx, a)
+			rp.fillSnapshot(ctx, a)
 		}(&st.Agents[i])
 	}
 	wg.Wait()
@@ -75,21 +88,21 @@ type snapInfo struct {
 	} `json:"memory"`
 }
 
-func (d *Daemon) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
+func (rp *reporter) fillSnapshot(ctx context.Context, a *control.AgentInfo) {
 	var s snapInfo
-	if !d.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/snapshot", func(body io.Reader) error {
+	if !rp.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/snapshot", func(body io.Reader) error {
 		return json.NewDecoder(io.LimitReader(body, 256<<20)).Decode(&s)
 	}) {
 		return
 	}
 	a.Snapshot, a.Tick, a.Queue, a.Outbox, a.SnapshotStatus = true, s.TickIndex, len(s.Queue), len(s.Outbox), s.Status
-	d.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
+	rp.askAgent(ctx, a.Addr+"/metrics", func(body io.Reader) error {
 		fams := metrics.Families(io.LimitReader(body, 4<<20), "openstarry_agent_store_")
 		a.StoreDamage, a.StoreRepaired = counterOf(fams[metrics.StoreDamageTotal]), counterOf(fams[metrics.StoreRepairTotal])
 		return nil
 	})
 	var cur *control.CurrentTask
-	if d.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/current", func(body io.Reader) error {
+	if rp.askAgent(ctx, a.Addr+"/agents/"+a.ID+"/current", func(body io.Reader) error {
 		return json.NewDecoder(io.LimitReader(body, 64<<10)).Decode(&cur)
 	}) {
 		a.Current = cur
@@ -134,14 +147,14 @@ func clipRunes(s string, n int) string {
 // askAgent GETs url of an agent's loopback API, within 2 seconds, and
 // hands a 200 answer's body to read; it reports whether both succeeded.
 // Any other answer is drained and false.
-func (d *Daemon) askAgent(ctx context.Context, url string, read func(body io.Reader) error) bool {
+func (rp *reporter) askAgent(ctx context.Context, url string, read func(body io.Reader) error) bool {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
 	if err != nil {
 		return false
 	}
-	resp, err := d.httpc.Do(req)
+	resp, err := rp.httpc.Do(req)
 	if err != nil {
 		return false
 	}
@@ -151,4 +164,80 @@ func (d *Daemon) askAgent(ctx context.Context, url string, read func(body io.Rea
 		return false
 	}
 	return read(resp.Body) == nil
+}
+
+type health struct {
+	Status string            `json:"status"` // ok, booting, degraded, stopping
+	Master string            `json:"master"` // the master's state
+	Agents map[string]string `json:"agents"` // id → state
+	Infra  map[string]string `json:"infra,omitempty"`
+	// StateStore is "ok", or "not durable: …" when a Save may not survive
+	// a crash of the store's host (which does not make the daemon degraded).
+	StateStore string `json:"state_store,omitempty"`
+	// Templates says, per agent, which template it runs and where the
+	// daemon found it; Degraded lists what booted from the cache because
+	// the design layer could not be used (the daemon still answers 200:
+	// it works, on the last good blueprint).
+	Templates map[string]templateHealth `json:"templates,omitempty"`
+	Degraded  []string                  `json:"degraded,omitempty"`
+}
+
+type templateHealth struct {
+	Name    string `json:"name"`
+	Version string `json:"version,omitempty"`
+	Source  string `json:"source,omitempty"`
+}
+
+// healthz serves GET /healthz: 200 when booted, the master runs and the
+// infrastructure is up (or off by configuration); 503 otherwise.
+func (rp *reporter) healthz(w http.ResponseWriter, _ *http.Request) {
+	h := health{Status: "ok", Agents: map[string]string{}, Infra: map[string]string{}, Templates: map[string]templateHealth{}}
+	for _, m := range rp.super.sorted() {
+		st, _, _ := m.watch()
+		h.Agents[m.id] = st
+		if m.role == control.RoleMaster {
+			h.Master = st
+		}
+		a := m.info()
+		h.Templates[m.id] = templateHealth{Name: a.Template, Version: a.TemplateVersion, Source: a.Source}
+		if a.Degraded {
+			h.Degraded = append(h.Degraded, m.id+": "+a.DegradedReason)
+		}
+	}
+	booted, stopping := rp.boot.isBooted(), rp.super.isStopping()
+	up := rp.infra.started()
+	if store := rp.boot.stateStore(); store != nil {
+		h.StateStore = "ok"
+		if !store.Durable {
+			h.StateStore = "not durable: " + store.Warning
+		}
+	}
+	degraded := h.Master != control.StateRunning
+	for i, inf := range rp.infra.list {
+		s := "up"
+		if i >= len(up) || !up[i] {
+			s, degraded = "down", true
+		}
+		if sr, ok := inf.(StatusReporter); ok {
+			if st := sr.Status(); st.Off {
+				s = "off"
+			} else if !st.Up {
+				s, degraded = "down", true
+				if st.Detail != "" {
+					s += ": " + st.Detail
+				}
+			}
+		}
+		h.Infra[inf.Name()] = s
+	}
+	code := http.StatusOK
+	switch {
+	case stopping:
+		h.Status, code = "stopping", http.StatusServiceUnavailable
+	case !booted:
+		h.Status, code = "booting", http.StatusServiceUnavailable
+	case degraded:
+		h.Status, code = "degraded", http.StatusServiceUnavailable
+	}
+	httpx.Pretty(w, code, h)
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/openstarry/openstarry-edge/core/backoff"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
@@ -48,7 +47,7 @@ type command struct {
 // starts it, restarts it with backoff, and obeys commands. Nothing else
 // starts or stops the agent's process.
 type member struct {
-	d    *Daemon
+	s    *supervisor
 	id   string
 	role string
 	seq  uint64 // order of creation; shutdown goes in reverse
@@ -70,9 +69,9 @@ type member struct {
 	changed   chan struct{} // closed and replaced at every change of state
 }
 
-func newMember(d *Daemon, id, role string, seq uint64, spec agentSpec) *member {
-	return &member{d: d, id: id, role: role, seq: seq, spec: spec, cmds: make(chan command),
-		done: make(chan struct{}), state: control.StateStarting, since: d.now(), changed: make(chan struct{})}
+func newMember(s *supervisor, id, role string, seq uint64, spec agentSpec) *member {
+	return &member{s: s, id: id, role: role, seq: seq, spec: spec, cmds: make(chan command),
+		done: make(chan struct{}), state: control.StateStarting, since: s.now(), changed: make(chan struct{})}
 }
 
 // watch returns the current state, the agent's address and a channel
@@ -81,6 +80,14 @@ func (m *member) watch() (state, addr string, changed <-chan struct{}) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.state, m.addr, m.changed
+}
+
+// ready is how long its last process took to hydrate and listen; 0 before
+// the first did.
+func (m *member) ready() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.readyDur
 }
 
 func (m *member) getSpec() agentSpec {
@@ -100,7 +107,7 @@ func (m *member) setSpec(s agentSpec) {
 func (m *member) setState(state string, fn func()) {
 	m.mu.Lock()
 	m.state = state
-	m.since = m.d.now()
+	m.since = m.s.now()
 	if fn != nil {
 		fn()
 	}
@@ -108,7 +115,7 @@ func (m *member) setState(state string, fn func()) {
 	m.changed = make(chan struct{})
 	info := m.infoLocked()
 	m.mu.Unlock()
-	m.d.notify(info)
+	m.s.notify(info)
 }
 
 func (m *member) info() control.AgentInfo {
@@ -166,7 +173,7 @@ func (m *member) run() {
 			return
 		case outStopped:
 			m.setState(control.StateStopped, func() { m.pid, m.addr = 0, "" })
-			m.d.log.Info().Str("agent", m.id).Msg("agent stopped")
+			m.s.log.Info().Str("agent", m.id).Msg("agent stopped")
 			c.reply <- nil
 			if !m.idle(0, &pending) {
 				return
@@ -179,19 +186,19 @@ func (m *member) run() {
 				pending = nil
 			}
 			n := m.recordCrash()
-			sv := m.d.cfg.Supervise
+			sv := m.s.cfg.Supervise
 			if n > sv.CrashloopRestarts {
 				m.setState(control.StateCrashloop, func() { m.pid, m.addr = 0, "" }) // no process: no pid to show
-				m.d.log.Error().Str("agent", m.id).Int("crashes", n).Dur("window", sv.CrashloopWindow).Str("last_error", m.info().LastError).
+				m.s.log.Error().Str("agent", m.id).Int("crashes", n).Dur("window", sv.CrashloopWindow).Str("last_error", m.info().LastError).
 					Msgf("agent %s is in crashloop: %d crashes within %s; not restarting it until `openstarry agent restart %s`", m.id, n, sv.CrashloopWindow, m.id)
 				if !m.idle(0, &pending) {
 					return
 				}
 				continue
 			}
-			delay := m.d.backoff(n)
+			delay := m.s.backoff(n)
 			m.setState(control.StateBackoff, func() { m.pid, m.addr = 0, "" })
-			m.d.log.Warn().Str("agent", m.id).Int("crashes", n).Int64("backoff_ms", delay.Milliseconds()).Str("last_error", m.info().LastError).
+			m.s.log.Warn().Str("agent", m.id).Int("crashes", n).Int64("backoff_ms", delay.Milliseconds()).Str("last_error", m.info().LastError).
 				Msgf("agent %s exited; restarting it in %s", m.id, delay.Round(time.Millisecond))
 			if !m.idle(delay, &pending) {
 				return
@@ -247,30 +254,30 @@ func (m *member) idle(delay time.Duration, pending **command) bool {
 // runOnce starts the process and follows it until it ends.
 func (m *member) runOnce(pending **command) (int, command) {
 	spec := m.getSpec()
-	ls := m.d.launchSpec(m.id, m.role, spec)
+	ls := m.s.launchSpec(m.id, m.role, spec)
 	m.setState(control.StateStarting, func() { m.pid, m.addr = 0, "" })
-	start := m.d.now()
-	p, err := m.d.launcher.Launch(ls)
+	start := m.s.now()
+	p, err := m.s.launcher.Launch(ls)
 	if err != nil {
 		m.mu.Lock()
 		m.lastErr = err.Error()
 		m.mu.Unlock()
-		m.d.log.Error().Str("agent", m.id).Err(err).Msg("spawn failed")
+		m.s.log.Error().Str("agent", m.id).Err(err).Msg("spawn failed")
 		return outCrashed, command{}
 	}
 	m.mu.Lock()
 	m.pid = p.PID()
 	m.mu.Unlock()
-	m.d.log.Info().Str("agent", m.id).Int("pid", p.PID()).Str("template", spec.Template).Msg("agent spawned")
-	readyT := time.NewTimer(m.d.cfg.Supervise.ReadyTimeout)
+	m.s.log.Info().Str("agent", m.id).Int("pid", p.PID()).Str("template", spec.Template).Msg("agent spawned")
+	readyT := time.NewTimer(m.s.cfg.Supervise.ReadyTimeout)
 	defer readyT.Stop()
 	for {
 		select {
 		case addr := <-p.Ready():
 			readyT.Stop()
-			took := m.d.now().Sub(start)
+			took := m.s.now().Sub(start)
 			m.setState(control.StateRunning, func() { m.addr = addr; m.readyDur = took })
-			m.d.log.Info().Str("agent", m.id).Int("pid", p.PID()).Str("addr", addr).Int64("ready_ms", took.Milliseconds()).
+			m.s.log.Info().Str("agent", m.id).Int("pid", p.PID()).Str("addr", addr).Int64("ready_ms", took.Milliseconds()).
 				Msgf("agent %s online", m.id)
 			if *pending != nil {
 				(*pending).reply <- nil
@@ -281,7 +288,7 @@ func (m *member) runOnce(pending **command) (int, command) {
 			return outCrashed, command{}
 		case <-readyT.C:
 			m.mu.Lock()
-			m.lastErr = fmt.Sprintf("not hydrated and listening within %s (supervise.ready_timeout)", m.d.cfg.Supervise.ReadyTimeout)
+			m.lastErr = fmt.Sprintf("not hydrated and listening within %s (supervise.ready_timeout)", m.s.cfg.Supervise.ReadyTimeout)
 			m.mu.Unlock()
 			m.stopProcess(p)
 			return outCrashed, command{}
@@ -312,14 +319,14 @@ func (m *member) runOnce(pending **command) (int, command) {
 // kills it.
 func (m *member) stopProcess(p Process) {
 	_ = p.Terminate()
-	t := time.NewTimer(m.d.cfg.Supervise.StopTimeout)
+	t := time.NewTimer(m.s.cfg.Supervise.StopTimeout)
 	defer t.Stop()
 	select {
 	case <-p.Done():
 		return
 	case <-t.C:
 	}
-	m.d.log.Warn().Str("agent", m.id).Int("pid", p.PID()).Dur("timeout", m.d.cfg.Supervise.StopTimeout).Msg("agent did not stop in time; killing it")
+	m.s.log.Warn().Str("agent", m.id).Int("pid", p.PID()).Dur("timeout", m.s.cfg.Supervise.StopTimeout).Msg("agent did not stop in time; killing it")
 	_ = p.Kill()
 	<-p.Done()
 }
@@ -344,18 +351,10 @@ func (m *member) recordExit(p Process) {
 
 // recordCrash adds a crash now and returns the crashes within the window.
 func (m *member) recordCrash() int {
-	now := m.d.now()
-	win := m.d.cfg.Supervise.CrashloopWindow
+	now := m.s.now()
+	win := m.s.cfg.Supervise.CrashloopWindow
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.crashes = slices.DeleteFunc(append(m.crashes, now), func(t time.Time) bool { return now.Sub(t) > win })
 	return len(m.crashes)
-}
-
-// backoff is the wait before restart n (n ≥ 1 crashes in the window):
-// backoff_initial·2^(n−1), at most backoff_max, with core/backoff's jitter
-// so that agents that failed together do not restart in step.
-func (d *Daemon) backoff(n int) time.Duration {
-	sv := d.cfg.Supervise
-	return backoff.Policy{Initial: sv.BackoffInitial, Max: sv.BackoffMax, Rand: d.rand}.Delay(n - 1)
 }

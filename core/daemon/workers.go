@@ -8,24 +8,46 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
-// spawnWorker is phase 4's request: resolve the worker template, freeze
+// workers are the agents spawned on demand from boot phase 4 (agent_manager,
+// session plans): their spawn, stop and restoration at the next boot, and
+// the retirement of ephemeral ones (retire.go). It owns the registry,
+// DATA/run/workers.json (registry.go), which records every worker and
+// every pending handoff before the daemon acts on it; the handoffs
+// themselves are carried by handoffs (handoff.go).
+type workers struct {
+	cfg      *config.Config
+	log      zerolog.Logger
+	now      func() time.Time
+	data     string // absolute
+	boot     *bootState
+	super    *supervisor
+	specs    *specs
+	handoffs *handoffs
+
+	reg      *registry  // opened in boot phase 1
+	retireMu sync.Mutex // one ephemeral worker retired at a time
+}
+
+// spawn is phase 4's request: resolve the worker template, freeze
 // it, record the worker (and its task) durably, then start it and wait for
 // the first outcome of the process.
-func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.AgentRequest) (*control.SpawnResult, error) {
-	d.mu.Lock()
-	stopping, booted := d.stopping, d.booted
-	d.mu.Unlock()
-	if stopping {
+func (w *workers) spawn(ctx context.Context, requester string, req control.AgentRequest) (*control.SpawnResult, error) {
+	if w.super.isStopping() {
 		return nil, ErrStopping
 	}
-	if !booted {
+	if !w.boot.isBooted() {
 		return nil, ErrBooting
 	}
 	if !design.ValidName(req.Template) {
@@ -33,7 +55,7 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	}
 	var rm *member
 	if requester != "" {
-		if rm = d.member(requester); rm == nil {
+		if rm = w.super.member(requester); rm == nil {
 			return nil, badRequest("requester %q is not an agent of this daemon", requester)
 		}
 	}
@@ -63,13 +85,13 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	if err := agent.ValidateID(id); err != nil {
 		return nil, badRequest("agent_id: %v", err)
 	}
-	if m := d.member(id); m != nil {
+	if m := w.super.member(id); m != nil {
 		info := m.info()
 		if m.role != control.RoleWorker || info.State != control.StateStopped {
 			return nil, refuse(ErrConflict, "agent %s is already running (state %s, pid %d)", id, info.State, info.PID)
 		}
 		// A stopped worker of the same id is replaced.
-		if err := d.removeMember(ctx, m); err != nil {
+		if err := w.super.remove(ctx, m); err != nil {
 			return nil, err
 		}
 	}
@@ -81,7 +103,7 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 		}
 		h = &handoff{Worker: id, Requester: requester, TaskID: taskID, Task: task}
 	}
-	spec, err := d.resolveSpec(ctx, id, req.Template, requester, design.RoleWorker)
+	spec, err := w.specs.resolveSpec(ctx, id, req.Template, requester, design.RoleWorker)
 	if errors.Is(err, errRole) {
 		return nil, refuse(ErrTemplateRefused, "%v: only worker templates are spawned on demand", err)
 	}
@@ -91,21 +113,21 @@ func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.
 	// The id is taken first, so that two spawns of one id cannot both
 	// pass; then the worker is durable before anything runs: a daemon
 	// crash from here on restores it and resumes the handoff.
-	m, err := d.reserve(id, control.RoleWorker, spec)
+	m, err := w.super.reserve(id, control.RoleWorker, spec)
 	if err != nil {
 		return nil, err
 	}
-	if err := d.reg.addWorker(regWorker{ID: id, Template: req.Template, Requester: requester, Created: d.now().UTC(), Storage: spec.Storage}, h); err != nil {
-		d.release(m)
+	if err := w.reg.addWorker(regWorker{ID: id, Template: req.Template, Requester: requester, Created: w.now().UTC(), Storage: spec.Storage}, h); err != nil {
+		w.super.release(m)
 		return nil, err
 	}
 	go m.run()
-	d.log.Info().Str("agent", id).Str("template", req.Template).Str("requester", requester).Str("source", spec.Source).
+	w.log.Info().Str("agent", id).Str("template", req.Template).Str("requester", requester).Str("source", spec.Source).
 		Msgf("worker %s spawned on demand", id)
 	if h != nil {
-		d.startHandoff(*h)
+		w.handoffs.start(*h)
 	}
-	d.waitFirstOutcome(ctx, m)
+	w.super.waitFirstOutcome(ctx, m)
 	info := m.info()
 	out := &control.SpawnResult{AgentID: id, Template: req.Template, PID: info.PID, State: info.State}
 	if h != nil {
@@ -124,70 +146,53 @@ func mayManage(id string, spec agentSpec) error {
 	return refuse(ErrForbidden, "agent %s's template %s has no %s tool: it may not spawn, list or stop workers", id, spec.Template, control.ToolAgentManager)
 }
 
-// waitFirstOutcome waits until m's first process is running or has ended.
-func (d *Daemon) waitFirstOutcome(ctx context.Context, m *member) {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Supervise.ReadyTimeout)
-	defer cancel()
-	for {
-		st, _, ch := m.watch()
-		if st != control.StateStarting {
-			return
-		}
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return
-		}
-	}
-}
-
-// stopWorker stops a worker for good: its process, its supervisor, its
+// stop stops a worker for good: its process, its supervisor, its
 // registry entry. Pending handoffs to it end with a failed result.
-func (d *Daemon) stopWorker(ctx context.Context, id string) (*control.AgentInfo, error) {
-	m := d.member(id)
+func (w *workers) stop(ctx context.Context, id string) (*control.AgentInfo, error) {
+	m := w.super.member(id)
 	if m == nil {
 		return nil, unknownAgent(id)
 	}
 	if m.role != control.RoleWorker {
 		return nil, refuse(ErrNotWorker, "agent %s is the %s; agent_manager stops workers only", id, m.role)
 	}
-	if err := d.removeMember(ctx, m); err != nil {
+	if err := w.super.remove(ctx, m); err != nil {
 		return nil, err
 	}
-	if err := d.reg.removeWorker(id); err != nil {
+	if err := w.reg.removeWorker(id); err != nil {
 		return nil, err
 	}
-	d.log.Info().Str("agent", id).Msgf("worker %s stopped and removed", id)
+	w.log.Info().Str("agent", id).Msgf("worker %s stopped and removed", id)
 	info := m.info()
 	return &info, nil
 }
 
-// restoreWorkers starts again the workers the previous run had spawned and
+// restore starts again the workers the previous run had spawned and
 // not stopped, and resumes their handoffs. A worker whose template cannot
 // be resolved any more is shown in crashloop with the reason.
-func (d *Daemon) restoreWorkers(ctx context.Context) int {
-	retired := d.finishRetirements(ctx)
-	reg := d.reg.snapshot()
+func (w *workers) restore(ctx context.Context) int {
+	retired := w.finishRetirements(ctx)
+	reg := w.reg.snapshot()
 	n := 0
-	for _, w := range reg.Workers {
-		if w.Stopped || slices.Contains(retired, w.ID) || w.Retiring {
+	for _, rw := range reg.Workers {
+		if rw.Stopped || slices.Contains(retired, rw.ID) || rw.Retiring {
 			continue
 		}
-		spec, err := d.resolveSpec(ctx, w.ID, w.Template, w.Requester, design.RoleWorker)
+		spec, err := w.specs.resolveSpec(ctx, rw.ID, rw.Template, rw.Requester, design.RoleWorker)
 		if err != nil {
-			d.log.Error().Str("agent", w.ID).Str("template", w.Template).Err(err).Msg("worker not restored: its template cannot be resolved")
+			w.log.Error().Str("agent", rw.ID).Str("template", rw.Template).Err(err).Msg("worker not restored: its template cannot be resolved")
 			continue
 		}
-		if _, err := d.addMember(w.ID, control.RoleWorker, spec); err != nil {
-			d.log.Error().Str("agent", w.ID).Err(err).Msg("worker not restored")
+		if _, err := w.super.add(rw.ID, control.RoleWorker, spec); err != nil {
+			w.log.Error().Str("agent", rw.ID).Err(err).Msg("worker not restored")
 			continue
 		}
-		d.log.Info().Str("agent", w.ID).Str("template", w.Template).Msg("worker restored")
+		w.log.Info().Str("agent", rw.ID).Str("template", rw.Template).Msg("worker restored")
 		n++
 	}
 	for _, h := range reg.Handoffs {
-		d.log.Info().Str("worker", h.Worker).Str("task", h.TaskID).Bool("handed", h.Handed).Msg("resuming a worker handoff")
-		d.startHandoff(h)
+		w.log.Info().Str("worker", h.Worker).Str("task", h.TaskID).Bool("handed", h.Handed).Msg("resuming a worker handoff")
+		w.handoffs.start(h)
 	}
 	return n
 }
