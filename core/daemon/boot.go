@@ -160,8 +160,8 @@ func (d *Daemon) bootWorkers(ctx context.Context) {
 	if n := BootNotice(d.data); n != "" {
 		d.log.Warn().Str("notice", n).Msg("the first boot reported a problem (DATA/boot-notice; openstarry status shows it)")
 	}
-	if d.booted != nil {
-		d.booted()
+	if d.o.Booted != nil {
+		d.o.Booted()
 	}
 }
 

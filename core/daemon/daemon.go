@@ -104,7 +104,8 @@ type Options struct {
 // its state and the lock that guards it, and the boot sequence that starts
 // them in order (boot.go). Its own fields are the environment its parts
 // share (read-only once built), the resources the boot opened, and the link
-// to session continuity (sessions.go).
+// to session continuity (sessions.go, which reaches the parts through the
+// few methods at the end of this file).
 //
 //   - boot (bootState, boot.go, journal.go): when this boot started, the
 //     phases done, whether phase 4 is, what phase 1 found (interrupted
@@ -123,13 +124,13 @@ type Options struct {
 //   - a reporter (status.go, metrics.go): status, /healthz and /metrics,
 //     read from the parts; it owns nothing.
 type Daemon struct {
+	o      Options        // as handed in; each part got what it uses from it in newDaemon
 	cfg    *config.Config // Options.Config, Data made absolute
 	log    zerolog.Logger
 	data   string // absolute
 	runDir string
 	now    func() time.Time
 	httpc  *http.Client // to the agents' loopback APIs, with their per-boot token (agentAuth)
-	booted func()       // Options.Booted
 
 	life       context.Context // ends at shutdown: handoffs, scrubs and the state notifications stop
 	cancelLife context.CancelFunc
@@ -206,7 +207,7 @@ func newDaemon(o Options) (*Daemon, error) {
 		launcher = &ExecLauncher{Path: exe, Sink: sink, MinLevel: lvl}
 	}
 	apiToken := crand.Text() // the agents' ports require it (control.EnvAPIToken)
-	d := &Daemon{cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"), now: now, booted: o.Booted,
+	d := &Daemon{o: o, cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"), now: now,
 		httpc: &http.Client{Timeout: 10 * time.Second, Transport: &agentAuth{token: apiToken,
 			base: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}}}}
 	d.life, d.cancelLife = context.WithCancel(context.Background())
@@ -237,6 +238,20 @@ func (d *Daemon) sessionScrubs() (scrubs, damage uint64) {
 	defer d.mu.Unlock()
 	return d.sessScrubs, d.sessDamage
 }
+
+// What the session link (sessions.go) asks of the parts.
+
+func (d *Daemon) member(id string) *member { return d.super.member(id) }
+
+func (d *Daemon) spawnWorker(ctx context.Context, requester string, req control.AgentRequest) (*control.SpawnResult, error) {
+	return d.workers.spawn(ctx, requester, req)
+}
+
+func (d *Daemon) agentToken(id string) string { return d.ctl.agentToken(id) }
+
+func (d *Daemon) openJournal() (string, error) { return d.boot.openJournal() }
+
+func (d *Daemon) journalCleanStop() { d.boot.journalCleanStop() }
 
 func shutdownServer(s *http.Server) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)

@@ -29,7 +29,7 @@ func (a sessionAgents) Master() string { return a.d.cfg.Master.Agent }
 
 // AgentType is the type of an agent's template (session.AgentTyper).
 func (a sessionAgents) AgentType(id string) string {
-	if m := a.d.super.member(id); m != nil {
+	if m := a.d.member(id); m != nil {
 		return m.getSpec().Type
 	}
 	return ""
@@ -40,18 +40,18 @@ const workerTemplate = "worker"
 
 func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentTask) (session.AgentResult, error) {
 	d := a.d
-	m := d.super.member(agentID)
+	m := d.member(agentID)
 	if m == nil {
 		if agentID == a.Master() {
 			return session.AgentResult{}, fmt.Errorf("the master %s is not supervised", agentID)
 		}
-		if _, err := d.workers.spawn(ctx, a.Master(), control.AgentRequest{Action: control.ActionSpawn, AgentID: agentID, Template: workerTemplate}); err != nil {
+		if _, err := d.spawnWorker(ctx, a.Master(), control.AgentRequest{Action: control.ActionSpawn, AgentID: agentID, Template: workerTemplate}); err != nil {
 			var ce *control.Error
 			if !errors.As(err, &ce) || ce.Status != http.StatusConflict {
 				return session.AgentResult{}, fmt.Errorf("spawning worker %s: %w", agentID, err)
 			}
 		}
-		if m = d.super.member(agentID); m == nil {
+		if m = d.member(agentID); m == nil {
 			return session.AgentResult{}, fmt.Errorf("worker %s is not supervised", agentID)
 		}
 	}
@@ -75,7 +75,7 @@ func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentT
 	req.Header.Set("Content-Type", "application/json")
 	// The plan: namespace is the dispatcher's alone: the agent accepts
 	// such an id only with its own control token.
-	req.Header.Set(httpx.HeaderPlanToken, d.ctl.agentToken(agentID))
+	req.Header.Set(httpx.HeaderPlanToken, d.agentToken(agentID))
 	resp, err := d.httpc.Do(req)
 	if err != nil {
 		return session.AgentResult{}, a.crashed(m, before, err)
@@ -146,7 +146,7 @@ func (d *Daemon) getJSON(ctx context.Context, u string, out any) (int, error) {
 // project files when missing), and sessions left open by that run are
 // marked interrupted with its reason. A failure stops the boot.
 func (d *Daemon) openSessions(ctx context.Context) error {
-	prev, err := d.boot.openJournal()
+	prev, err := d.openJournal()
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (d *Daemon) closeSessions(clean bool) {
 		d.log.Warn().Err(err).Msg("closing sessions.db")
 	}
 	if clean {
-		d.boot.journalCleanStop()
+		d.journalCleanStop()
 	}
 }
 

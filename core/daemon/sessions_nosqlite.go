@@ -30,7 +30,7 @@ type sessionManager = *struct{}
 // openSessions is boot phase 1's state check without sessions: the boot
 // journal only. A sessions.db left by a standard build is not touched.
 func (d *Daemon) openSessions(context.Context) error {
-	if _, err := d.boot.openJournal(); err != nil {
+	if _, err := d.openJournal(); err != nil {
 		return err
 	}
 	ev := d.log.Info()
@@ -48,7 +48,7 @@ func (d *Daemon) pauseSessions() {}
 // closeSessions records the clean stop in the journal.
 func (d *Daemon) closeSessions(clean bool) {
 	if clean {
-		d.boot.journalCleanStop()
+		d.journalCleanStop()
 	}
 }
 

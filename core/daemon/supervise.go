@@ -47,7 +47,7 @@ type command struct {
 // starts it, restarts it with backoff, and obeys commands. Nothing else
 // starts or stops the agent's process.
 type member struct {
-	s    *supervisor
+	s    *supervisor // the table it is in: the clock, the log, the launcher, the Supervise settings
 	id   string
 	role string
 	seq  uint64 // order of creation; shutdown goes in reverse
