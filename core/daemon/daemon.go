@@ -105,7 +105,9 @@ type Options struct {
 // them in order (boot.go). Its own fields are the environment its parts
 // share (read-only once built), the resources the boot opened, and the link
 // to session continuity (sessions.go, which reaches the parts through the
-// few methods at the end of this file).
+// few methods at the end of this file). Its methods are the boot, the
+// shutdown, the session link and proxyAgent (proxy.go), the pass-through
+// to the agents' own APIs that the HTTP listener serves.
 //
 //   - boot (bootState, boot.go, journal.go): when this boot started, the
 //     phases done, whether phase 4 is, what phase 1 found (interrupted
@@ -120,7 +122,7 @@ type Options struct {
 //   - handoffs (handoffs, handoff.go): tasks carried from a requester to a
 //     worker and results back.
 //   - ctl (controlAPI, api.go): the control API and its tokens.
-//   - httpd (httpAPI, httpd.go, proxy.go): the HTTP listener.
+//   - httpd (httpAPI, httpd.go): the HTTP listener.
 //   - a reporter (status.go, metrics.go): status, /healthz and /metrics,
 //     read from the parts; it owns nothing.
 type Daemon struct {
@@ -227,8 +229,8 @@ func newDaemon(o Options) (*Daemon, error) {
 	*d.handoffs = handoffs{log: d.log, life: d.life, httpc: d.httpc, super: d.super, workers: d.workers}
 	*d.ctl = controlAPI{cfg: &cfg, log: d.log, runDir: d.runDir, limits: o.HTTPLimits, super: d.super, specs: d.specs,
 		workers: d.workers, report: rep, sessionTool: d.handleSessionTool}
-	*d.httpd = httpAPI{cfg: &cfg, log: d.log, limits: o.HTTPLimits, web: o.Web, super: d.super, report: rep,
-		httpc: d.httpc, sessionRoutes: d.sessionRoutes}
+	*d.httpd = httpAPI{cfg: &cfg, log: d.log, limits: o.HTTPLimits, web: o.Web, report: rep,
+		proxy: d.proxyAgent, sessionRoutes: d.sessionRoutes}
 	return d, nil
 }
 
@@ -239,7 +241,8 @@ func (d *Daemon) sessionScrubs() (scrubs, damage uint64) {
 	return d.sessScrubs, d.sessDamage
 }
 
-// What the session link (sessions.go) asks of the parts.
+// What the session link (sessions.go) and proxyAgent (proxy.go) ask of the
+// parts.
 
 func (d *Daemon) member(id string) *member { return d.super.member(id) }
 

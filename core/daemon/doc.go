@@ -58,8 +58,8 @@
 //     DATA/run/workers.json. handoffs (handoff.go): a task to a worker and
 //     its result back.
 //   - controlAPI (api.go): the control API and its tokens.
-//   - httpAPI (httpd.go, proxy.go): the HTTP listener and /agents/... to
-//     the agents' own APIs.
+//   - httpAPI (httpd.go): the HTTP listener; proxy.go passes
+//     /agents/... to the agents' own APIs.
 //   - reporter (status.go, metrics.go): status, /healthz and GET /metrics
 //     (written by core/metrics), read from the parts; it owns nothing.
 //   - errors.go: the sentinels the parts return, and httpError, the only

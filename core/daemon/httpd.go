@@ -15,15 +15,14 @@ import (
 // its routes, the web UI around them (Options.Web), the pass-through to
 // the agents' own APIs (proxy.go) and the session API (sessions.go). It
 // owns the listener and its address; what it answers it reads from the
-// reporter and the supervisor.
+// reporter.
 type httpAPI struct {
 	cfg           *config.Config // HTTP: listen, token, hosts
 	log           zerolog.Logger
 	limits        httpx.Limits
 	web           func(api http.Handler) http.Handler // Options.Web; nil: none
-	super         *supervisor
 	report        *reporter
-	httpc         *http.Client             // to the agents' loopback APIs (proxy.go)
+	proxy         http.HandlerFunc         // /agents/{id}/...: Daemon.proxyAgent (proxy.go)
 	sessionRoutes func(mux *http.ServeMux) // the session API (sessions.go)
 
 	addr string // "http://host:port"; set by serve, "" without http.listen
@@ -67,7 +66,7 @@ func (h *httpAPI) handler() http.Handler {
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		httpx.Pretty(w, http.StatusOK, h.report.status(r.Context(), true))
 	})
-	mux.HandleFunc("/agents/{id}/", h.proxyAgent)
+	mux.HandleFunc("/agents/{id}/", h.proxy)
 	h.sessionRoutes(mux)
 	return httpx.TokenOffLoopback(h.cfg.HTTP.Token, func(remote, path string) {
 		h.log.Warn().Str("remote", remote).Str("path", path).Msg("http: missing or wrong token")

@@ -10,9 +10,9 @@ import (
 )
 
 // proxyAgent passes /agents/{id}/... to the agent's own API.
-func (h *httpAPI) proxyAgent(w http.ResponseWriter, r *http.Request) {
+func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	m := h.super.member(id)
+	m := d.member(id)
 	if m == nil {
 		writeError(w, unknownAgent(id))
 		return
@@ -33,7 +33,7 @@ func (h *httpAPI) proxyAgent(w http.ResponseWriter, r *http.Request) {
 			pr.SetURL(target)
 			pr.Out.Header.Del("Authorization") // the client's; the transport (agentAuth) sends the daemon's
 		},
-		Transport:  h.httpc.Transport,
+		Transport:  d.httpc.Transport,
 		BufferPool: proxyBuffers,
 		ErrorHandler: func(w http.ResponseWriter, _ *http.Request, err error) {
 			writeError(w, &control.Error{Status: http.StatusBadGateway, Code: "agent_unreachable", Msg: "agent " + id + ": " + err.Error()})
