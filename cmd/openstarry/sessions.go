@@ -1,5 +1,3 @@
-//go:build !nosqlite
-
 package main
 
 import (
@@ -18,14 +16,30 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/session"
+	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
 
 // The project, session and approval commands talk to the daemon's HTTP API
 // (found through its control socket, or --url): the daemon owns
 // sessions.db and the dispatchers, so a resume or a decision must go
-// through it to start a dispatcher or release a waiting task.
+// through it to start a dispatcher or release a waiting task. A build
+// without a session store (-tags nosqlite leaves storage/sessionsql out)
+// has the commands, and each of them fails naming the build.
+
+// sessionStore is the session store of this build, the plugin
+// sessionstore.sqlite (storage/sessionsql, a blank import of
+// plugins_sqlite.go); the error says why there is none.
+func sessionStore() (session.StoreOpener, error) { return session.LookupStore("sqlite") }
+
+// daemonSessions hands the daemon session continuity: the store and the
+// session API (transport/sessionapi), or why there is none.
+func daemonSessions() daemon.Sessions {
+	open, missing := sessionStore()
+	return daemon.Sessions{Store: open, Missing: missing, Routes: sessionapi.Routes}
+}
 
 type apiFlags struct {
 	configFlags
@@ -139,6 +153,9 @@ func (a apiCommand) add(parent *cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: a.use, Short: a.short, Args: a.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := sessionStore(); err != nil {
+				return err
+			}
 			if a.check != nil {
 				if err := a.check(cmd, args); err != nil {
 					return err

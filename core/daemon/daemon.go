@@ -66,6 +66,8 @@ type Options struct {
 	Resolver Resolver
 	// Infra are started in order in phase 1 and closed in reverse.
 	Infra []Infrastructure
+	// Sessions is session continuity: its store and its API (sessions.go).
+	Sessions Sessions
 	// Executable is the openstarry binary the agents run; default
 	// os.Executable().
 	Executable string
@@ -123,7 +125,7 @@ type Daemon struct {
 	reg      *registry
 	started  time.Time
 
-	sess        sessionManager // session continuity: DATA/sessions.db, opened in phase 1; none in a nosqlite build
+	sess        sessionManager // session continuity: DATA/sessions.db, opened in phase 1; none without a session store
 	previousRun string         // how the previous run ended (boot journal): none, clean, crash, power_loss
 
 	closers []func() // what the boot opened, closed in reverse when run returns
@@ -170,6 +172,9 @@ func Run(ctx context.Context, o Options) error {
 func newDaemon(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Resolver == nil {
 		return nil, errors.New("daemon: Config and Resolver are required")
+	}
+	if err := o.Sessions.check(); err != nil {
+		return nil, err
 	}
 	cfg := *o.Config
 	data, err := filepath.Abs(cfg.Data)
