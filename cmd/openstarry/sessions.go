@@ -18,6 +18,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
@@ -33,6 +34,30 @@ import (
 // sessionstore.sqlite (storage/sessionsql, a blank import of
 // plugins_sqlite.go); the error says why there is none.
 func sessionStore() (session.StoreOpener, error) { return session.LookupStore("sqlite") }
+
+// refuseWithoutStore makes each command, with any subcommand, argument or
+// flag, fail naming the build, in a build without a session store.
+func refuseWithoutStore(cmds ...*cobra.Command) {
+	if _, err := sessionStore(); err == nil {
+		return
+	}
+	why := "no session store"
+	if tag, out := plugin.Omitted()["sessionstore.sqlite"]; out {
+		why = "built with -tags " + tag
+	}
+	for _, c := range cmds {
+		if c.HasParent() && c.Parent() == rootCmd {
+			c.Short = strings.SplitN(c.Short, ":", 2)[0] + " (not in this build: " + why + ")"
+		}
+		c.DisableFlagParsing = true
+		c.Args = nil
+		c.RunE = func(*cobra.Command, []string) error {
+			_, err := sessionStore()
+			return err
+		}
+		refuseWithoutStore(c.Commands()...)
+	}
+}
 
 // daemonSessions hands the daemon session continuity: the store and the
 // session API (transport/sessionapi), or why there is none.
@@ -153,9 +178,6 @@ func (a apiCommand) add(parent *cobra.Command) *cobra.Command {
 	cmd := &cobra.Command{
 		Use: a.use, Short: a.short, Args: a.args,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if _, err := sessionStore(); err != nil {
-				return err
-			}
 			if a.check != nil {
 				if err := a.check(cmd, args); err != nil {
 					return err
@@ -202,6 +224,8 @@ func init() {
 	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
 	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
 	rootCmd.AddCommand(project, session_, approval)
+	// Added last, so that they cover the subcommands below.
+	defer refuseWithoutStore(project, session_, approval)
 
 	showProject := func(v *session.ProjectView) func(io.Writer) {
 		return func(w io.Writer) { printProject(w, v) }
