@@ -15,6 +15,10 @@ import (
 	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
+// The requests the manager takes (from the session API, the CLI and the
+// agents' session tools) and their strict decoders; no HTTP here
+// (transport/sessionapi serves them).
+
 // ErrBadRequest is wrapped by every error of a request body or argument.
 var ErrBadRequest = errors.New("bad request")
 
