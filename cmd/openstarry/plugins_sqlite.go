@@ -4,6 +4,7 @@ package main
 
 import (
 	_ "github.com/openstarry/openstarry-edge/storage/memory/fts"
+	_ "github.com/openstarry/openstarry-edge/storage/sessionsql" // session continuity's store (sessions.db)
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
 )
 

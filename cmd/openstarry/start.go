@@ -170,6 +170,7 @@ func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, ch
 		Config:       cfg,
 		Resolver:     res,
 		Infra:        []daemon.Infrastructure{daemonInfra{mi}},
+		Sessions:     daemonSessions(),
 		Version:      version,
 		Revision:     commit,
 		Log:          log,

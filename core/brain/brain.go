@@ -1,54 +1,45 @@
-// Package brain owns the registry of brain providers and the built-in echo
-// brain. A provider turns a template's brain section into an agent.Brain;
+// Package brain owns the plugin kind brain (providers, in the one registry
+// of core/plugin) and the built-in echo brain. A provider turns a template's brain section into an agent.Brain;
 // model servers register from transport/llm.
 package brain
 
 import (
 	"fmt"
-	"sort"
-	"sync"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/design"
+	"github.com/openstarry/openstarry-edge/core/plugin/registry"
 )
 
 // Factory builds a brain from a template's brain section.
 type Factory func(cfg design.Brain) (agent.Brain, error)
 
-var (
-	mu        sync.RWMutex // guards factories
-	factories = map[string]Factory{}
-)
+// brainKind declares the plugin kind brain: a Factory per provider.
+var brainKind = registry.DeclareKind(registry.KindBrain, "brain.Factory", registry.Is[Factory])
 
-// Register adds a provider; it panics on a duplicate name.
+// Register adds a provider to the one registry (plugin brain.{provider});
+// it panics on a duplicate name.
 func Register(provider string, f Factory) {
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := factories[provider]; dup {
+	if _, dup := registry.Lookup(string(registry.KindBrain) + "." + provider); dup {
 		panic(fmt.Sprintf("brain: provider %q registered twice", provider))
 	}
-	factories[provider] = f
+	registry.Register(registry.Info{ID: string(registry.KindBrain) + "." + provider, New: f})
 }
 
 // New builds the brain a template asks for.
 func New(cfg design.Brain) (agent.Brain, error) {
-	mu.RLock()
-	f, ok := factories[cfg.Provider]
-	mu.RUnlock()
+	info, ok := registry.Lookup(string(registry.KindBrain) + "." + cfg.Provider)
 	if !ok {
 		return nil, fmt.Errorf("brain: unknown provider %q (built in: %v)", cfg.Provider, Providers())
 	}
-	return f(cfg)
+	return info.New.(Factory)(cfg)
 }
 
 // Providers lists the registered provider names.
 func Providers() []string {
-	mu.RLock()
-	defer mu.RUnlock()
 	var out []string
-	for n := range factories {
-		out = append(out, n)
+	for _, info := range registry.List(registry.KindBrain) {
+		out = append(out, info.Name())
 	}
-	sort.Strings(out)
 	return out
 }

@@ -66,6 +66,8 @@ type Options struct {
 	Resolver Resolver
 	// Infra are started in order in phase 1 and closed in reverse.
 	Infra []Infrastructure
+	// Sessions is session continuity: its store and its API (sessions.go).
+	Sessions Sessions
 	// Executable is the openstarry binary the agents run; default
 	// os.Executable().
 	Executable string
@@ -148,7 +150,7 @@ type Daemon struct {
 	httpd    *httpAPI
 
 	// The link to session continuity (sessions.go).
-	sess   sessionManager // DATA/sessions.db, opened in phase 1; none in a nosqlite build
+	sess   sessionManager // DATA/sessions.db, opened in phase 1; none without a session store
 	scrubs sync.WaitGroup // the scrub of sessions.db, ended by life
 	mu     sync.Mutex     // guards sessScrubs and sessDamage
 	// sessScrubs and sessDamage count the scrubs of sessions.db and the
@@ -176,6 +178,9 @@ func Run(ctx context.Context, o Options) error {
 func newDaemon(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Resolver == nil {
 		return nil, errors.New("daemon: Config and Resolver are required")
+	}
+	if err := o.Sessions.check(); err != nil {
+		return nil, err
 	}
 	cfg := *o.Config
 	data, err := filepath.Abs(cfg.Data)

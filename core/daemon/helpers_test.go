@@ -40,12 +40,12 @@ var (
 )
 
 func init() {
-	plugin.Register(plugin.Info{ID: "storage.memtest", OpenStorage: func(_ context.Context, u *url.URL, _ plugin.Env) (plugin.Storage, error) {
+	plugin.Register(plugin.Info{ID: "storage.memtest", New: plugin.StorageOpener(func(_ context.Context, u *url.URL, _ plugin.Env) (plugin.Storage, error) {
 		if u.Host == "fail" {
 			return nil, errors.New("cannot open")
 		}
 		return &memStore{name: u.Host}, nil
-	}})
+	})})
 }
 
 func putSnapshot(store string, s *agent.Snapshot) {

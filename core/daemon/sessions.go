@@ -1,5 +1,3 @@
-//go:build !nosqlite
-
 package daemon
 
 import (
@@ -11,12 +9,70 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/core/session"
 )
+
+// Sessions is session continuity as the wiring hands it to the daemon
+// (Options.Sessions), as it hands in Infra and Web: the store, a plugin of
+// kind sessionstore (storage/sessionsql, sessions.db), and the session API
+// (transport/sessionapi). The daemon holds the logic (core/session's
+// Manager) between them.
+type Sessions struct {
+	// Store opens DATA/sessions.db in boot phase 1. Nil: the daemon has
+	// no session continuity, and every entry point to it (the session API,
+	// the agents' session tools) answers Missing with 501; the boot
+	// journal is still kept.
+	Store session.StoreOpener
+	// Missing says why Store is nil: a build that left the store out says
+	// so (plugin.NotCompiledIn, "... built with -tags nosqlite").
+	Missing error
+	// Routes adds the session API to the HTTP listener's mux; required
+	// with Store.
+	Routes func(mux *http.ServeMux, m *session.Manager, log zerolog.Logger)
+}
+
+// check refuses a store without its API: a missing piece is an error at
+// start, never a silent default.
+func (s Sessions) check() error {
+	if s.Store != nil && s.Routes == nil {
+		return errors.New("daemon: Options.Sessions has a store but no Routes (transport/sessionapi.Routes)")
+	}
+	return nil
+}
+
+// noSessions is why this daemon has no session continuity.
+func (s Sessions) noSessions() error {
+	if s.Missing != nil {
+		return s.Missing
+	}
+	return errors.New("session continuity: no session store was handed to the daemon (Options.Sessions)")
+}
+
+// Error codes of a daemon without session continuity: the build left the
+// store out, or the wiring handed none in.
+const (
+	codeNotCompiledIn = "not_compiled_in"
+	codeNoSessions    = "no_sessions"
+)
+
+// writeNoSessions answers a request to session continuity in a daemon that
+// has none.
+func (d *Daemon) writeNoSessions(w http.ResponseWriter) {
+	why, code := d.o.Sessions.noSessions(), codeNoSessions
+	if errors.Is(why, plugin.ErrNotCompiledIn) {
+		code = codeNotCompiledIn
+	}
+	writeError(w, &control.Error{Status: http.StatusNotImplemented, Code: code, Msg: why.Error()})
+}
 
 // sessionAgents hands plan tasks to the daemon's agents through their own
 // HTTP APIs: POST the task, then read its state until it is finished. A
@@ -150,7 +206,17 @@ func (d *Daemon) openSessions(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := session.Open(ctx, session.Options{Data: d.data, Log: d.log.With().Str("component", "sessions").Logger(),
+	if d.o.Sessions.Store == nil {
+		// The boot journal only; a sessions.db left by a build that has
+		// the store is not touched.
+		ev := d.log.Info()
+		if _, err := os.Stat(filepath.Join(d.data, "sessions.db")); err == nil {
+			ev = d.log.Warn().Str("sessions_db", filepath.Join(d.data, "sessions.db"))
+		}
+		ev.Msg(d.o.Sessions.noSessions().Error())
+		return nil
+	}
+	m, err := session.Open(ctx, session.Options{Data: d.data, Log: d.sessionLog(), OpenStore: d.o.Sessions.Store,
 		Now: d.now, CheckpointInterval: d.cfg.Sessions.CheckpointInterval})
 	if err != nil {
 		return fmt.Errorf("state database: %w", err)
@@ -173,6 +239,9 @@ func (d *Daemon) openSessions(ctx context.Context) error {
 // startSessions lets the plans run once the master is up, and resumes
 // interrupted sessions when sessions.auto_resume is set.
 func (d *Daemon) startSessions(ctx context.Context) {
+	if d.sess == nil {
+		return
+	}
 	d.sess.SetAgents(sessionAgents{d})
 	if d.cfg.ScrubInterval > 0 {
 		d.scrubs.Add(1)
@@ -211,6 +280,9 @@ func (d *Daemon) pauseSessions() {
 // closeSessions ends the dispatchers; after a clean stop the journal says so.
 func (d *Daemon) closeSessions(clean bool) {
 	if d.sess == nil {
+		if clean {
+			d.journalCleanStop()
+		}
 		return
 	}
 	d.scrubs.Wait() // d.life has ended: the scrub returns
@@ -222,15 +294,27 @@ func (d *Daemon) closeSessions(clean bool) {
 	}
 }
 
-// sessionManager is session continuity as the daemon holds it; a build
-// without SQLite (sessions_nosqlite.go) has none.
+// sessionManager is session continuity as the daemon holds it; nil when
+// it was handed no store (Sessions).
 type sessionManager = *session.Manager
 
+// sessionLog is the logger of session continuity.
+func (d *Daemon) sessionLog() zerolog.Logger {
+	return d.log.With().Str("component", "sessions").Logger()
+}
+
 // sessionRoutes adds the seed-003 API (projects, sessions, approvals) to
-// the daemon's HTTP listener.
+// the daemon's HTTP listener; without a store, every route of it answers
+// why there is none.
 func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
+	if d.o.Sessions.Store == nil {
+		for _, p := range []string{"/projects", "/projects/", "/approvals", "/approvals/"} {
+			mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) { d.writeNoSessions(w) })
+		}
+		return
+	}
 	if d.sess != nil {
-		d.sess.Routes(mux)
+		d.o.Sessions.Routes(mux, d.sess, d.sessionLog())
 	}
 }
 
@@ -238,6 +322,12 @@ func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
 // through the control API, and the approvals of unknown outcomes an agent
 // raises after a crash (unknown_outcome) and reads (decision).
 func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
+	if d.o.Sessions.Store == nil {
+		caller, _ := callerAgent(r)
+		d.log.Warn().Str("agent", caller).Str("op", r.PathValue("op")).Msg("session tool request refused: " + d.o.Sessions.noSessions().Error())
+		d.writeNoSessions(w)
+		return
+	}
 	if d.sess == nil {
 		writeError(w, &control.Error{Status: http.StatusServiceUnavailable, Code: control.CodeStopping, Msg: "sessions are not open"})
 		return

@@ -18,7 +18,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -28,6 +27,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/memory"
 	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/core/plugin/registry"
 	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
@@ -67,19 +67,20 @@ type ToolSourceEnv struct {
 	Log         zerolog.Logger
 }
 
-var (
-	sourcesMu sync.RWMutex // guards mcpSource
-	mcpSource ToolSource
-)
+// mcpKind declares the plugin kind mcp: the one client of MCP servers'
+// tools (plugin mcp.client).
+var mcpKind = registry.DeclareKind(plugin.KindMCP, "host.ToolSource", registry.Is[ToolSource])
 
-// RegisterMCP installs the MCP tool source (transport/mcp does, from init).
+// mcpClient is the ID of the MCP tool source.
+const mcpClient = string(plugin.KindMCP) + ".client"
+
+// RegisterMCP installs the MCP tool source (transport/mcp does, from init):
+// the plugin mcp.client of the one registry. It panics on a second one.
 func RegisterMCP(src ToolSource) {
-	sourcesMu.Lock()
-	defer sourcesMu.Unlock()
-	if mcpSource != nil {
+	if _, dup := plugin.Lookup(mcpClient); dup {
 		panic("host: MCP tool source registered twice")
 	}
-	mcpSource = src
+	plugin.Register(plugin.Info{ID: mcpClient, Description: "tools of Model Context Protocol servers (stdio command or streamable HTTP)", New: src})
 }
 
 // openMCP connects to the template's MCP servers and returns their tools
@@ -89,10 +90,8 @@ func openMCP(ctx context.Context, a Agent, timeout time.Duration) ([]tool.Tool, 
 	if len(t.MCPServers) == 0 {
 		return nil, func() {}, nil
 	}
-	sourcesMu.RLock()
-	src := mcpSource
-	sourcesMu.RUnlock()
-	if src == nil {
+	info, ok := plugin.Lookup(mcpClient)
+	if !ok {
 		return nil, nil, fmt.Errorf("template %s names MCP servers, but this binary was built without MCP", t.Name)
 	}
 	var (
@@ -105,7 +104,7 @@ func openMCP(ctx context.Context, a Agent, timeout time.Duration) ([]tool.Tool, 
 		}
 	}
 	for _, srv := range t.MCPServers {
-		ts, c, err := src(ctx, srv, ToolSourceEnv{AgentID: a.ID, ToolTimeout: timeout,
+		ts, c, err := info.New.(ToolSource)(ctx, srv, ToolSourceEnv{AgentID: a.ID, ToolTimeout: timeout,
 			Log: a.Log.With().Str("agent", a.ID).Str("mcp_server", srv.Name).Logger()})
 		if err != nil {
 			closeAll()

@@ -42,5 +42,5 @@ func StartListener(ctx context.Context, cfg design.Listener, env ListenerEnv) (L
 	if !ok {
 		return nil, fmt.Errorf("listener %s: no listener plugin of kind %q (built in: %s)", cfg.Name, cfg.Kind, schemes(KindListener))
 	}
-	return info.Listen(ctx, cfg, env)
+	return info.New.(ListenerOpener)(ctx, cfg, env)
 }

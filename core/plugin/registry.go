@@ -5,28 +5,38 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sort"
 	"strings"
-	"sync"
 
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/memory"
+	"github.com/openstarry/openstarry-edge/core/plugin/registry"
 )
 
 // Kind is a plugin kind: the first part of a plugin ID.
-type Kind string
+type Kind = registry.Kind
 
-// The plugin kinds.
+// The plugin kinds (registry lists each with its New's type).
 const (
-	KindStorage   Kind = "storage"   // snapshot stores, opened by URL scheme
-	KindTransport Kind = "transport" // task transports
-	KindInfra     Kind = "infra"     // infrastructure started by the daemon (the embedded broker)
-	KindBrain     Kind = "brain"     // model providers
-	KindTool      Kind = "tool"      // tools the brain can call
-	KindMemory    Kind = "memory"    // long-term memory engines, opened by URL scheme
-	KindListener  Kind = "listener"  // event sources an agent starts after hydration (webhooks)
+	KindStorage      = registry.KindStorage
+	KindTransport    = registry.KindTransport
+	KindInfra        = registry.KindInfra
+	KindBrain        = registry.KindBrain
+	KindTool         = registry.KindTool
+	KindMemory       = registry.KindMemory
+	KindListener     = registry.KindListener
+	KindMCP          = registry.KindMCP
+	KindClaims       = registry.KindClaims
+	KindSessionStore = registry.KindSessionStore
 )
+
+// kindsDeclared declares the kinds this package owns, with the type of
+// their plugins' New, before any plugin's init runs.
+var kindsDeclared = registry.DeclareKind(KindStorage, "plugin.StorageOpener", registry.Is[StorageOpener]) &&
+	registry.DeclareKind(KindMemory, "plugin.MemoryOpener", registry.Is[MemoryOpener]) &&
+	registry.DeclareKind(KindListener, "plugin.ListenerOpener", registry.Is[ListenerOpener]) &&
+	registry.DeclareKind(KindInfra, "plugin.BrokerOpener", registry.Is[BrokerOpener]) &&
+	registry.DeclareKind(KindTransport, "plugin.TransportOpener", registry.Is[TransportOpener])
 
 // Env is what the host hands a plugin when it opens one: where the data
 // directory is and where to log.
@@ -41,37 +51,12 @@ type StorageOpener func(ctx context.Context, u *url.URL, env Env) (Storage, erro
 // MemoryOpener opens a memory engine from its URL (the scheme already matched).
 type MemoryOpener func(ctx context.Context, u *url.URL, env Env) (memory.Engine, error)
 
-// Info describes one plugin. ID is "kind.name" ("storage.bbolt"); for a
-// storage plugin the name is also its URL scheme.
-type Info struct {
-	ID          string
-	Description string
-	OpenStorage StorageOpener  // storage plugins only
-	OpenMemory  MemoryOpener   // memory plugins only
-	Listen      ListenerOpener // listener plugins only
-	// NewBroker builds the embedded MQTT broker (infra.broker).
-	NewBroker BrokerOpener
-	// OpenTransport builds an agent's task transport (transport plugins).
-	OpenTransport TransportOpener
-}
-
-// Kind returns the kind part of the ID.
-func (i Info) Kind() Kind {
-	k, _, _ := strings.Cut(i.ID, ".")
-	return Kind(k)
-}
-
-// Name returns the part of the ID after the kind.
-func (i Info) Name() string {
-	_, n, _ := strings.Cut(i.ID, ".")
-	return n
-}
-
-var (
-	mu       sync.RWMutex // guards registry and omitted
-	registry = map[string]Info{}
-	omitted  = map[string]string{} // plugin id → build tag that left it out
-)
+// Info describes one plugin, in Caddy's manner: an ID "kind.name"
+// ("storage.bbolt": for a store or memory engine the name is also its URL
+// scheme) and New, the plugin's constructor, whose type is its kind's
+// (registry's list of kinds says which). Typed lookups (OpenStorage,
+// tool.Lookup, session.LookupStore, ...) assert it.
+type Info = registry.Info
 
 // ErrNotCompiledIn is wrapped by the error of a plugin this build left out
 // with a build tag (a store URL whose backend a small build does not have).
@@ -89,83 +74,29 @@ func NotCompiledIn(feature, tag string) error {
 // build tag tag ("nosqlite"), so that asking for it gets an error naming
 // the build rather than "unknown scheme". It is called from init, in the
 // file that the tag selects, and panics when id is also registered.
-func Omit(id, tag string) {
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := registry[id]; dup {
-		panic(fmt.Sprintf("plugin: %q both registered and omitted", id))
-	}
-	omitted[id] = tag
-}
+func Omit(id, tag string) { registry.Omit(id, tag) }
 
 // Omitted returns the plugins this build left out, each with its build tag.
-func Omitted() map[string]string {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make(map[string]string, len(omitted))
-	for id, tag := range omitted {
-		out[id] = tag
-	}
-	return out
-}
+func Omitted() map[string]string { return registry.Omitted() }
 
-// Register adds a plugin. It is called from init and panics on an empty,
-// malformed or duplicate ID, or a storage plugin without an opener: those are
-// programming errors that must fail the build's tests, not a boot.
-func Register(info Info) {
-	kind, name, ok := strings.Cut(info.ID, ".")
-	if !ok || kind == "" || name == "" {
-		panic(fmt.Sprintf("plugin: malformed id %q (want kind.name)", info.ID))
-	}
-	switch Kind(kind) {
-	case KindStorage:
-		if info.OpenStorage == nil {
-			panic(fmt.Sprintf("plugin: storage plugin %q has no OpenStorage", info.ID))
-		}
-	case KindMemory:
-		if info.OpenMemory == nil {
-			panic(fmt.Sprintf("plugin: memory plugin %q has no OpenMemory", info.ID))
-		}
-	case KindListener:
-		if info.Listen == nil {
-			panic(fmt.Sprintf("plugin: listener plugin %q has no Listen", info.ID))
-		}
-	case KindTransport, KindInfra, KindBrain, KindTool:
-	default:
-		panic(fmt.Sprintf("plugin: %q has unknown kind %q", info.ID, kind))
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := registry[info.ID]; dup {
-		panic(fmt.Sprintf("plugin: %q registered twice", info.ID))
-	}
-	if _, out := omitted[info.ID]; out {
-		panic(fmt.Sprintf("plugin: %q both registered and omitted", info.ID))
-	}
-	registry[info.ID] = info
-}
+// Register adds a plugin to the one registry: stores, session stores,
+// brains, tools, the MCP client, infrastructure, transports, listeners and
+// fleet claims all register here (core/tool, core/brain, core/session,
+// core/host and transport/mqtt have typed wrappers over it). It is called
+// from init and panics on an empty, malformed or duplicate ID, an unknown
+// kind, or a New missing or not of the kind's type: those are programming
+// errors that must fail the build's tests, not a boot.
+func Register(info Info) { registry.Register(info) }
 
 // Lookup returns the plugin registered under id.
-func Lookup(id string) (Info, bool) {
-	mu.RLock()
-	defer mu.RUnlock()
-	info, ok := registry[id]
-	return info, ok
-}
+func Lookup(id string) (Info, bool) { return registry.Lookup(id) }
 
 // List returns the registered plugins of a kind, sorted by ID.
-func List(kind Kind) []Info {
-	mu.RLock()
-	defer mu.RUnlock()
-	var out []Info
-	for _, info := range registry {
-		if info.Kind() == kind {
-			out = append(out, info)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
-	return out
-}
+func List(kind Kind) []Info { return registry.List(kind) }
+
+// Without takes the plugin id out of the registry until restore is called,
+// for a test that runs as a binary without it. Not for production code.
+func Without(id string) (restore func()) { return registry.Without(id) }
 
 // OpenStorage opens the store named by rawURL ("bbolt:///var/lib/openstarry/agents",
 // "sqlite:///path/state.db", ...) with the plugin registered for its scheme.
@@ -187,7 +118,7 @@ func OpenStorage(ctx context.Context, rawURL string, env Env) (Storage, error) {
 		return nil, fmt.Errorf("store url %q: no storage plugin for scheme %q (built in: %s)",
 			rawURL, u.Scheme, storageSchemes())
 	}
-	return info.OpenStorage(ctx, u, env)
+	return info.New.(StorageOpener)(ctx, u, env)
 }
 
 // OpenMemory opens the memory engine named by rawURL ("fts://",
@@ -207,10 +138,23 @@ func OpenMemory(ctx context.Context, rawURL string, env Env) (memory.Engine, err
 		return nil, fmt.Errorf("memory url %q: no memory plugin for scheme %q (built in: %s)",
 			rawURL, u.Scheme, schemes(KindMemory))
 	}
-	return info.OpenMemory(ctx, u, env)
+	return info.New.(MemoryOpener)(ctx, u, env)
 }
 
 func storageSchemes() string { return schemes(KindStorage) }
+
+// Names returns the names of the registered plugins of kind, sorted and
+// joined by ", ", or "none".
+func Names(kind Kind) string {
+	var names []string
+	for _, info := range List(kind) {
+		names = append(names, info.Name())
+	}
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
+}
 
 func schemes(kind Kind) string {
 	var names []string

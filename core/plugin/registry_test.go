@@ -10,7 +10,7 @@ import (
 
 func TestRegisterPanics(t *testing.T) {
 	open := func(context.Context, *url.URL, Env) (Storage, error) { return nil, nil }
-	Register(Info{ID: "storage.testonly", OpenStorage: open})
+	Register(Info{ID: "storage.testonly", New: StorageOpener(open)})
 	cases := []struct {
 		name string
 		info Info
@@ -19,7 +19,7 @@ func TestRegisterPanics(t *testing.T) {
 		{"empty name", Info{ID: "storage."}},
 		{"unknown kind", Info{ID: "gadget.x"}},
 		{"storage without opener", Info{ID: "storage.x"}},
-		{"duplicate", Info{ID: "storage.testonly", OpenStorage: open}},
+		{"duplicate", Info{ID: "storage.testonly", New: StorageOpener(open)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,7 +64,7 @@ func TestOmitted(t *testing.T) {
 				t.Fatal("registering an omitted plugin did not panic")
 			}
 		}()
-		Register(Info{ID: "storage.testomitted", OpenStorage: func(context.Context, *url.URL, Env) (Storage, error) { return nil, nil }})
+		Register(Info{ID: "storage.testomitted", New: StorageOpener(func(context.Context, *url.URL, Env) (Storage, error) { return nil, nil })})
 	}()
 	Omit("memory.testomitted", "notestomitted")
 	if _, err := OpenMemory(context.Background(), "testomitted://", Env{}); !errors.Is(err, ErrNotCompiledIn) ||

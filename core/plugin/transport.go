@@ -60,10 +60,10 @@ type BrokerOpener func(cfg BrokerConfig) (Broker, error)
 // unstarted.
 func NewBroker(cfg BrokerConfig) (Broker, error) {
 	info, ok := Lookup(string(KindInfra) + ".broker")
-	if !ok || info.NewBroker == nil {
+	if !ok {
 		return nil, errors.New("this build has no embedded MQTT broker: configure a hub broker URL")
 	}
-	return info.NewBroker(cfg)
+	return info.New.(BrokerOpener)(cfg)
 }
 
 // TransportEnv is what a task transport is opened with beside the
@@ -104,10 +104,10 @@ type TransportOpener func(cfg *config.Config, env TransportEnv) (Transport, erro
 // OpenTransport returns the transport of plugin transport.{name}, unstarted.
 func OpenTransport(name string, cfg *config.Config, env TransportEnv) (Transport, error) {
 	info, ok := Lookup(string(KindTransport) + "." + name)
-	if !ok || info.OpenTransport == nil {
+	if !ok {
 		return nil, fmt.Errorf("this build has no %s transport", name)
 	}
-	return info.OpenTransport(cfg, env)
+	return info.New.(TransportOpener)(cfg, env)
 }
 
 // InfraStatus is what an infrastructure plugin says of its health, for the

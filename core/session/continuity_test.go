@@ -1,4 +1,4 @@
-package session
+package session_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
@@ -22,7 +23,7 @@ func waitSession(t *testing.T, m *Manager, id, status string) Session {
 	t.Helper()
 	var s *Session
 	wait.For(t, 10*time.Second, "session "+id+" "+status, func() bool {
-		s, _ = m.store.Session(context.Background(), id)
+		s, _ = m.Store().Session(context.Background(), id)
 		return s != nil && s.Status == status
 	})
 	return *s
@@ -93,7 +94,7 @@ func TestResumeAfterRejection(t *testing.T) {
 		t.Fatal(err)
 	}
 	ap2 := pendingApproval(t, m, v.ID, 1)
-	if s, _ := m.store.Session(ctx, res.Session.ID); s.Status != SessionActive {
+	if s, _ := m.Store().Session(ctx, res.Session.ID); s.Status != SessionActive {
 		t.Fatalf("the child session after its retry: %+v", s)
 	}
 	got := taskOf(t, m, v.ID, "task_p1_b_001")
@@ -167,7 +168,7 @@ func TestRevisionHistoryAndApproaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitSession(t, m, v.SessionID, SessionCompleted)
-	final, err := m.store.Approval(ctx, ap.ID)
+	final, err := m.Store().Approval(ctx, ap.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +187,7 @@ func TestRevisionHistoryAndApproaches(t *testing.T) {
 		t.Fatalf("approaches %+v", av)
 	}
 	var af ApproachesFileJSON
-	if err := json.Unmarshal(mustRead(t, m.lay.ApproachesFile(v.ID, v.SessionID)), &af); err != nil || len(af.Failed) != 2 || len(af.Verified) != 1 {
+	if err := json.Unmarshal(mustRead(t, m.Layout().ApproachesFile(v.ID, v.SessionID)), &af); err != nil || len(af.Failed) != 2 || len(af.Verified) != 1 {
 		t.Fatalf("approaches.json %+v %v", af, err)
 	}
 }
@@ -201,7 +202,7 @@ type writingAgents struct {
 func (w *writingAgents) Run(ctx context.Context, agentID string, t AgentTask) (AgentResult, error) {
 	res, err := w.agentsFake.Run(ctx, agentID, t)
 	if err == nil {
-		dir := w.m.lay.Artifacts(t.ProjectID, t.SessionID)
+		dir := w.m.Layout().Artifacts(t.ProjectID, t.SessionID)
 		if werr := os.WriteFile(filepath.Join(dir, "draft.txt"), append([]byte(t.TaskID), '\n'), 0o600); werr != nil {
 			return res, werr
 		}
@@ -224,7 +225,7 @@ func TestProgressOf(t *testing.T) {
 		{"two of three", []PlanTask{{Status: TaskCompleted}, {Status: TaskCompleted}, {Status: TaskInProgress, ProgressPercent: 90}}, 2, 66},
 		{"all", []PlanTask{{Status: TaskCompleted}}, 1, 100},
 	} {
-		pv := progressOf(tc.tasks)
+		pv := ProgressOf(tc.tasks)
 		if pv.Completed != tc.done || pv.Percent != tc.pc || pv.Total != len(tc.tasks) {
 			t.Errorf("%s: %+v, want %d completed, %d%%", tc.name, pv, tc.done, tc.pc)
 		}
@@ -243,22 +244,22 @@ func TestCrashEndsAtLastAlive(t *testing.T) {
 	m.StopDispatch() // no agents: nothing runs
 	now := time.Now().UTC()
 	started, done := now.Add(-2*time.Hour), now.Add(-time.Hour)
-	s, _ := m.store.Session(ctx, v.SessionID)
+	s, _ := m.Store().Session(ctx, v.SessionID)
 	s.StartedAt = started
-	if _, err := m.store.db.ExecContext(ctx, `UPDATE sessions SET started_at = ? WHERE id = ?`, ts(started), s.ID); err != nil {
+	if _, err := sqlDB(m).ExecContext(ctx, `UPDATE sessions SET started_at = ? WHERE id = ?`, ts(started), s.ID); err != nil {
 		t.Fatal(err)
 	}
 	tk := taskOf(t, m, v.ID, "task_p1_a_001")
 	tk.Status, tk.StartedAt, tk.CompletedAt = TaskCompleted, &started, &done
-	if err := m.store.PutTask(ctx, &tk); err != nil {
+	if err := m.Store().PutTask(ctx, &tk); err != nil {
 		t.Fatal(err)
 	}
-	_ = os.Remove(m.lay.Checkpoint(v.ID, v.SessionID)) // its timestamp is now: the task's time is the last sign of life
+	_ = os.Remove(m.Layout().Checkpoint(v.ID, v.SessionID)) // its timestamp is now: the task's time is the last sign of life
 	got, err := m.ScanInterrupted(ctx, ReasonCrash)
 	if err != nil || len(got) != 1 {
 		t.Fatalf("scan %v %v", got, err)
 	}
-	s, _ = m.store.Session(ctx, v.SessionID)
+	s, _ = m.Store().Session(ctx, v.SessionID)
 	if s.EndedAt == nil || !s.EndedAt.Equal(done) {
 		t.Fatalf("ended_at %v, want %v (the last task's completion)", s.EndedAt, done)
 	}
@@ -298,14 +299,14 @@ func TestContextSummaryAndAgentType(t *testing.T) {
 		waitSession(t, m, v.SessionID, SessionCompleted)
 		var s *Session
 		wait.For(t, 10*time.Second, "the summary", func() bool {
-			s, _ = m.store.Session(ctx, v.SessionID)
+			s, _ = m.Store().Session(ctx, v.SessionID)
 			return s.ContextSummary == tc.want
 		})
 		if s.CurrentAgentType != "code" || s.CurrentAgentID != "master" || s.CurrentAgentRole != RoleLeader {
 			t.Fatalf("session %+v", s)
 		}
 		m.Close(false)
-		cp, err := DecodeCheckpoint(mustRead(t, m.lay.Checkpoint(v.ID, v.SessionID)))
+		cp, err := DecodeCheckpoint(mustRead(t, m.Layout().Checkpoint(v.ID, v.SessionID)))
 		if err != nil || cp.CurrentState.ActiveAgent == nil || *cp.CurrentState.ActiveAgent != (ActiveAgent{Role: RoleLeader, Type: "code", AgentID: "master"}) ||
 			cp.ContextSummary != tc.want {
 			t.Fatalf("checkpoint %+v %v", cp, err)

@@ -1,4 +1,4 @@
-package session
+package session_test
 
 import (
 	"context"
@@ -12,8 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	. "github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
 
 // TestDecidedBy: a decision records who took it — the decided_by of the
@@ -41,7 +45,7 @@ func TestDecidedBy(t *testing.T) {
 		return len(aps) == 4
 	})
 	mux := http.NewServeMux()
-	m.Routes(mux)
+	sessionapi.Routes(mux, m, zerolog.Nop())
 	post := func(id int64, body string, hdr ...string) *httptest.ResponseRecorder {
 		r := httptest.NewRequest("POST", fmt.Sprintf("/approvals/%d", id), strings.NewReader(body))
 		for i := 0; i+1 < len(hdr); i += 2 {
@@ -66,8 +70,8 @@ func TestDecidedBy(t *testing.T) {
 		by   string
 	}{
 		{`{"decision":"approve","decided_by":" alice "}`, nil, "alice"},
-		{`{"decision":"reject","feedback":"no"}`, []string{HeaderUser, "bob"}, "bob"},
-		{`{"decision":"revise","feedback":"again","decided_by":"carol"}`, []string{HeaderUser, "bob"}, "carol"},
+		{`{"decision":"reject","feedback":"no"}`, []string{sessionapi.HeaderUser, "bob"}, "bob"},
+		{`{"decision":"revise","feedback":"again","decided_by":"carol"}`, []string{sessionapi.HeaderUser, "bob"}, "carol"},
 		{`{"decision":"approve"}`, nil, "http 192.0.2.1"}, // httptest's client address
 	} {
 		w := post(aps[i].ID, tc.body, tc.hdr...)

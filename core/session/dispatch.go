@@ -398,7 +398,7 @@ func (m *Manager) apply(ctx context.Context, r *run, t *PlanTask, agentID string
 	switch res.Status {
 	case "done":
 		cur.Result, cur.ProgressPercent = res.Output, 100
-		a, aerr := m.store.approvalFor(ctx, r.projectID, cur.ID, cur.Attempt, false)
+		a, aerr := m.store.ApprovalFor(ctx, r.projectID, cur.ID, cur.Attempt, false)
 		switch {
 		case aerr == nil:
 			approval = a

@@ -1,12 +1,15 @@
 // Package session owns session continuity: projects, their plans of tasks,
 // the sessions that work on them, human approvals and recorded approaches.
 //
-// The database DATA/sessions.db (SQLite, WAL, synchronous=FULL, foreign keys
-// on, migrated by PRAGMA user_version) is primary; the JSON files under
-// DATA/projects/{project_id}/ are its backup, written atomically (temporary
-// file, fsync, rename, directory fsync) with mode 0600 in 0700 directories.
-// A missing sessions.db is rebuilt from the JSON files; a damaged JSON file
-// is rewritten from the database. Both are logged with what was rebuilt.
+// The store (Store, storage.go: a plugin of kind sessionstore, handed in
+// as Options.OpenStore; storage/sessionsql keeps it in DATA/sessions.db,
+// SQLite) is primary; the JSON files under DATA/projects/{project_id}/ are
+// its backup, written by this package atomically (temporary file, fsync,
+// rename, directory fsync) with mode 0600 in 0700 directories. A missing
+// sessions.db is rebuilt from the JSON files; a damaged JSON file is
+// rewritten from the store. Both are logged with what was rebuilt. This
+// package holds no SQL and no HTTP handler: transport/sessionapi serves
+// the Manager over HTTP.
 //
 // The invariant that keeps the plan and the agents from disagreeing: an
 // attempt of a plan task is handed to its agent under an id unique per

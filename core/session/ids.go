@@ -68,7 +68,7 @@ func PlanTaskID(phase int, typ string, seq int) (string, error) {
 // ValidateProjectID checks proj_{YYYYMMDD}_{6 of [a-z0-9]}.
 func ValidateProjectID(id string) error {
 	if !projectIDRe().MatchString(id) || !validDate(id[5:13], "20060102") {
-		return fmt.Errorf("%w: project id %q: want proj_YYYYMMDD_xxxxxx", ErrBadID, clipID(id))
+		return fmt.Errorf("%w: project id %q: want proj_YYYYMMDD_xxxxxx", ErrBadID, ClipID(id))
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func ValidateProjectID(id string) error {
 // ValidateSessionID checks sess_{YYYYMMDDhhmmss}_{6 of [a-z0-9]}.
 func ValidateSessionID(id string) error {
 	if !sessionIDRe().MatchString(id) || !validDate(id[5:19], "20060102150405") {
-		return fmt.Errorf("%w: session id %q: want sess_YYYYMMDDhhmmss_xxxxxx", ErrBadID, clipID(id))
+		return fmt.Errorf("%w: session id %q: want sess_YYYYMMDDhhmmss_xxxxxx", ErrBadID, ClipID(id))
 	}
 	return nil
 }
@@ -85,7 +85,7 @@ func ValidateSessionID(id string) error {
 func ValidatePlanTaskID(id string) error {
 	m := taskIDRe().FindStringSubmatch(id)
 	if m == nil || m[3] == "000" {
-		return fmt.Errorf("%w: task id %q: want task_p{phase}_{type}_{001-999}", ErrBadID, clipID(id))
+		return fmt.Errorf("%w: task id %q: want task_p{phase}_{type}_{001-999}", ErrBadID, ClipID(id))
 	}
 	return nil
 }
@@ -95,7 +95,8 @@ func validDate(s, layout string) bool {
 	return err == nil
 }
 
-func clipID(id string) string {
+// ClipID returns id cut to a length fit for an error message.
+func ClipID(id string) string {
 	if len(id) > 64 {
 		return id[:64] + "…"
 	}
@@ -106,7 +107,7 @@ var approachIDRe = sync.OnceValue(func() *regexp.Regexp { return regexp.MustComp
 
 func validApproachID(id string) error {
 	if !approachIDRe().MatchString(id) {
-		return fmt.Errorf("%w: approach id %q: want approach_ then up to 64 of [a-z0-9_]", ErrBadID, clipID(id))
+		return fmt.Errorf("%w: approach id %q: want approach_ then up to 64 of [a-z0-9_]", ErrBadID, ClipID(id))
 	}
 	return nil
 }

@@ -72,8 +72,11 @@ const TypeSessionSummary = "session_summary"
 // Options configure a Manager.
 type Options struct {
 	Data string // the data directory
-	Log  zerolog.Logger
-	Now  func() time.Time // default time.Now
+	// OpenStore opens the store in DATA/sessions.db (the plugin
+	// sessionstore.sqlite: LookupStore("sqlite")); required.
+	OpenStore StoreOpener
+	Log       zerolog.Logger
+	Now       func() time.Time // default time.Now
 	// CheckpointInterval is how often an active session's
 	// state_checkpoint.json is written besides the event moments;
 	// default 5 minutes.
@@ -86,15 +89,16 @@ type Options struct {
 	SummaryTimeout time.Duration
 }
 
-// Manager is session continuity: it owns sessions.db and the project
-// files, dispatches the plans, and answers the API. Its methods are safe
+// Manager is session continuity: it owns the store (sessions.db) and the
+// project files, dispatches the plans, and answers the API
+// (transport/sessionapi serves it over HTTP). Its methods are safe
 // for concurrent use.
 type Manager struct {
 	o     Options
 	log   zerolog.Logger
 	now   func() time.Time
 	lay   Layout
-	store *Store
+	store Store
 
 	agentsMu sync.Mutex
 	agents   Agents
@@ -128,6 +132,9 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	if o.SummaryTimeout <= 0 {
 		o.SummaryTimeout = time.Minute
 	}
+	if o.OpenStore == nil {
+		return nil, errors.New("sessions: no session store (Options.OpenStore)")
+	}
 	m := &Manager{o: o, log: o.Log, now: o.Now, lay: Layout{Data: o.Data}, runs: map[string]*run{}}
 	m.life, m.stop = context.WithCancel(context.Background())
 	if err := mkdirs(o.Data); err != nil {
@@ -135,7 +142,7 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	}
 	_, statErr := os.Stat(m.lay.DB())
 	missing := errors.Is(statErr, os.ErrNotExist)
-	st, err := OpenStore(ctx, m.lay.DB())
+	st, err := o.OpenStore(ctx, m.lay.DB())
 	if err != nil {
 		return nil, err
 	}
@@ -156,8 +163,8 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	return m, nil
 }
 
-// Store returns the database.
-func (m *Manager) Store() *Store { return m.store }
+// Store returns the store.
+func (m *Manager) Store() Store { return m.store }
 
 // Layout returns the file layout.
 func (m *Manager) Layout() Layout { return m.lay }
@@ -393,7 +400,7 @@ type SessionView struct {
 
 // SessionDetail returns one session of a project.
 func (m *Manager) SessionDetail(ctx context.Context, projectID, sessionID string) (*SessionView, error) {
-	s, err := m.session(ctx, projectID, sessionID)
+	s, err := m.Session(ctx, projectID, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -426,8 +433,8 @@ func (m *Manager) SessionDetail(ctx context.Context, projectID, sessionID string
 	return v, err
 }
 
-// session returns a session and checks it belongs to the project.
-func (m *Manager) session(ctx context.Context, projectID, sessionID string) (*Session, error) {
+// Session returns a session and checks it belongs to the project.
+func (m *Manager) Session(ctx context.Context, projectID, sessionID string) (*Session, error) {
 	if _, err := m.store.Project(ctx, projectID); err != nil {
 		return nil, err
 	}
@@ -458,7 +465,7 @@ func (m *Manager) Approvals(ctx context.Context, projectID, status string) ([]Ap
 		}
 	}
 	if status != "" && !validApprovalStatus(status) {
-		return nil, fmt.Errorf("%w: status %q: want pending, approved, rejected or revision_requested", ErrBadRequest, clipID(status))
+		return nil, fmt.Errorf("%w: status %q: want pending, approved, rejected or revision_requested", ErrBadRequest, ClipID(status))
 	}
 	return m.store.Approvals(ctx, projectID, status)
 }
@@ -508,7 +515,7 @@ type ResumeResult struct {
 // (the database wins over a damaged file), handed to the master, and the
 // plan continues. ErrConflict when the session is not interrupted.
 func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*ResumeResult, error) {
-	parent, err := m.session(ctx, projectID, sessionID)
+	parent, err := m.Session(ctx, projectID, sessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -573,7 +580,7 @@ func (m *Manager) childTasks(ctx context.Context, projectID, childID string) ([]
 		t.SessionID, t.State = childID, ""
 		if t.Status == TaskFailed || t.Status == TaskBlocked {
 			if t.StartedAt != nil {
-				if a, aerr := m.store.approvalFor(ctx, projectID, t.ID, t.Attempt, false); aerr == nil &&
+				if a, aerr := m.store.ApprovalFor(ctx, projectID, t.ID, t.Attempt, false); aerr == nil &&
 					a.Status == ApprovalRejected && a.Feedback != "" {
 					t.Feedback = a.Feedback
 				}
@@ -851,7 +858,7 @@ func (m *Manager) planTask(ctx context.Context, projectID, agentTaskID string) (
 // approaches.json. Idempotent: an approach without an id gets one derived
 // from its kind, category and description.
 func (m *Manager) RecordApproach(ctx context.Context, req *ApproachRecord) (*Approach, error) {
-	if _, err := m.session(ctx, req.ProjectID, req.SessionID); err != nil {
+	if _, err := m.Session(ctx, req.ProjectID, req.SessionID); err != nil {
 		return nil, err
 	}
 	a := req.Approach

@@ -1,8 +1,9 @@
-package session
+package session_test
 
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -10,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +19,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	. "github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/storage/sessionsql"
+	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
 
 // agentsFake stands in for the agent processes at this level (the tests of
@@ -71,7 +76,7 @@ func (a *agentsFake) count(id string) int {
 
 func openManager(t *testing.T, data string, logs *logbuf.Buffer) *Manager {
 	t.Helper()
-	m, err := Open(context.Background(), Options{Data: data, Log: zerolog.New(logs), PollInterval: 5 * time.Millisecond,
+	m, err := Open(context.Background(), Options{Data: data, Log: zerolog.New(logs), PollInterval: 5 * time.Millisecond, OpenStore: openStore,
 		CheckpointInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -81,6 +86,21 @@ func openManager(t *testing.T, data string, logs *logbuf.Buffer) *Manager {
 	t.Cleanup(func() { _ = m.Close(false) })
 	return m
 }
+
+// openStore opens the real store, SQLite (storage/sessionsql).
+func openStore(ctx context.Context, path string) (Store, error) {
+	st, err := sessionsql.OpenStore(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// sqlDB is the manager's database, to edit behind its back.
+func sqlDB(m *Manager) *sql.DB { return m.Store().(*sessionsql.Store).DB() }
+
+// ts is a time as the store keeps it (RFC 3339 in UTC).
+func ts(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 func plan(t *testing.T, body string) *CreateRequest {
 	t.Helper()
@@ -101,7 +121,7 @@ const sixTasks = `{"name":"demo","tasks":[
 
 func taskOf(t *testing.T, m *Manager, p, id string) PlanTask {
 	t.Helper()
-	ts, err := m.store.Tasks(context.Background(), p)
+	ts, err := m.Store().Tasks(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +193,7 @@ func TestPlanWithApprovalGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "the session's end in its checkpoint", func() bool {
-		cp, err := DecodeCheckpoint(mustRead(t, m.lay.Checkpoint(v.ID, v.SessionID)))
+		cp, err := DecodeCheckpoint(mustRead(t, m.Layout().Checkpoint(v.ID, v.SessionID)))
 		return err == nil && cp.Session.Status == SessionCompleted
 	})
 	ag.mu.Lock()
@@ -183,7 +203,7 @@ func TestPlanWithApprovalGate(t *testing.T) {
 			t.Errorf("%s ran %d times", id, n)
 		}
 	}
-	cp, err := DecodeCheckpoint(mustRead(t, m.lay.Checkpoint(v.ID, v.SessionID)))
+	cp, err := DecodeCheckpoint(mustRead(t, m.Layout().Checkpoint(v.ID, v.SessionID)))
 	if err != nil || len(cp.CompletedTasks) != 6 || cp.CompletedTasks[1].Status != "approved" || cp.Session.EndedAt == nil {
 		t.Fatalf("checkpoint %+v %v", cp, err)
 	}
@@ -231,7 +251,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "the error interruption", func() bool {
-		s, _ := m.store.Session(ctx, v.SessionID)
+		s, _ := m.Store().Session(ctx, v.SessionID)
 		return s.Status == SessionInterrupted && s.InterruptionReason == ReasonError
 	})
 	if got := taskOf(t, m, v.ID, "task_p2_code_001"); got.Status != TaskBlocked {
@@ -266,7 +286,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 		t.Fatalf("resume context %s %v", res.ResumeContext, err)
 	}
 	wait.For(t, 10*time.Second, "the child's end", func() bool {
-		s, _ := m.store.Session(ctx, res.Session.ID)
+		s, _ := m.Store().Session(ctx, res.Session.ID)
 		return s.Status == SessionCompleted
 	})
 	if ag.count("task_p1_concept_001") != 1 || ag.count("task_p1_design_001") != 2 {
@@ -280,7 +300,7 @@ func TestFailureBlocksDependentsAndResume(t *testing.T) {
 		}
 	}
 	ag.mu.Unlock()
-	if s, _ := m.store.Session(ctx, v.SessionID); s.Status != SessionResumed {
+	if s, _ := m.Store().Session(ctx, v.SessionID); s.Status != SessionResumed {
 		t.Fatalf("parent %+v", s)
 	}
 	m.Close(true)
@@ -300,7 +320,7 @@ func TestScanAndCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "the crash interruption", func() bool {
-		s, _ := m.store.Session(ctx, v.SessionID)
+		s, _ := m.Store().Session(ctx, v.SessionID)
 		return s.Status == SessionInterrupted && s.InterruptionReason == ReasonCrash
 	})
 	m.Close(false)
@@ -309,14 +329,14 @@ func TestScanAndCrash(t *testing.T) {
 	m = openManager(t, data, logs)
 	now := time.Now()
 	sess := &Session{ID: NewSessionID(now), ProjectID: v.ID, Status: SessionActive, StartedAt: now}
-	if err := insertSession(ctx, m.store.db, sess); err != nil {
+	if err := m.Store().InsertSession(ctx, sess); err != nil {
 		t.Fatal(err)
 	}
 	got, err := m.ScanInterrupted(ctx, ReasonPowerLoss)
 	if err != nil || len(got) != 1 || got[0].ID != sess.ID {
 		t.Fatalf("scan %v %v", got, err)
 	}
-	s, _ := m.store.Session(ctx, sess.ID)
+	s, _ := m.Store().Session(ctx, sess.ID)
 	if s.Status != SessionInterrupted || s.InterruptionReason != ReasonPowerLoss || s.EndedAt == nil {
 		t.Fatalf("scanned %+v", s)
 	}
@@ -409,7 +429,7 @@ func TestCheckpointInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait.For(t, 10*time.Second, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
-	path := m.lay.Checkpoint(v.ID, v.SessionID)
+	path := m.Layout().Checkpoint(v.ID, v.SessionID)
 	first, _ := DecodeCheckpoint(mustRead(t, path))
 	// Nothing happens while the task waits: only the interval writes.
 	wait.For(t, 10*time.Second, "a periodic checkpoint", func() bool {
@@ -424,7 +444,7 @@ func TestAPIErrors(t *testing.T) {
 	defer m.Close(true)
 	m.SetAgents(newAgentsFake())
 	mux := http.NewServeMux()
-	m.Routes(mux)
+	sessionapi.Routes(mux, m, zerolog.Nop())
 	v, err := m.CreateProject(ctx, plan(t, `{"name":"x","tasks":[{"phase":1,"type":"a","approval":true}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -479,7 +499,7 @@ func TestAPIErrors(t *testing.T) {
 	wait.For(t, 10*time.Second, "the gate", func() bool { aps, _ := m.Approvals(ctx, v.ID, ApprovalPending); return len(aps) == 1 })
 	aps, _ := m.Approvals(ctx, v.ID, ApprovalPending)
 	for _, want := range []int{200, 409} {
-		r := httptest.NewRequest("POST", "/approvals/"+itoa(int(aps[0].ID)), strings.NewReader(`{"decision":"approve","feedback":"ok"}`))
+		r := httptest.NewRequest("POST", "/approvals/"+strconv.Itoa(int(aps[0].ID)), strings.NewReader(`{"decision":"approve","feedback":"ok"}`))
 		w := httptest.NewRecorder()
 		mux.ServeHTTP(w, r)
 		if w.Code != want {

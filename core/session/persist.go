@@ -364,7 +364,7 @@ func (m *Manager) rebuildProject(ctx context.Context, projectID string) error {
 	}
 	for _, cp := range cps {
 		s := *cp.Session
-		if err := insertSession(ctx, m.store.db, &s); err != nil {
+		if err := m.store.InsertSession(ctx, &s); err != nil {
 			return err
 		}
 	}

@@ -1,4 +1,4 @@
-package session
+package session_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )

@@ -20,10 +20,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
-	"sync"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/plugin/registry"
 )
 
 // Env is what a tool run sees of its agent.
@@ -77,34 +77,29 @@ type Tool struct {
 // ErrUnknownTool is returned by Lookup for a name not in the registry.
 var ErrUnknownTool = errors.New("unknown tool")
 
-var (
-	mu    sync.RWMutex // guards tools
-	tools = map[string]Tool{}
-)
+// toolKind declares the plugin kind tool: the registry holds each Tool itself.
+var toolKind = registry.DeclareKind(registry.KindTool, "tool.Tool", registry.Is[Tool])
 
-// Register adds a tool; it panics on an empty name, a missing Run, or a
-// duplicate, which are programming errors.
+// Register adds a tool to the one registry (plugin tool.{name}); it panics
+// on an empty name, a missing Run, or a duplicate, which are programming
+// errors.
 func Register(t Tool) {
 	if t.Name == "" || t.Run == nil {
 		panic(fmt.Sprintf("tool: invalid registration %q", t.Name))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if _, dup := tools[t.Name]; dup {
+	if _, dup := registry.Lookup(string(registry.KindTool) + "." + t.Name); dup {
 		panic(fmt.Sprintf("tool: %q registered twice", t.Name))
 	}
-	tools[t.Name] = t
+	registry.Register(registry.Info{ID: string(registry.KindTool) + "." + t.Name, New: t})
 }
 
 // Lookup returns the tool called name.
 func Lookup(name string) (Tool, error) {
-	mu.RLock()
-	defer mu.RUnlock()
-	t, ok := tools[name]
+	info, ok := registry.Lookup(string(registry.KindTool) + "." + name)
 	if !ok {
 		return Tool{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
 	}
-	return t, nil
+	return info.New.(Tool), nil
 }
 
 // Resolve returns the registered tools of the given names, in order, or an
@@ -139,12 +134,10 @@ func Known(name string) bool {
 
 // Names returns the registered tool names, sorted.
 func Names() []string {
-	mu.RLock()
-	defer mu.RUnlock()
-	out := make([]string, 0, len(tools))
-	for n := range tools {
-		out = append(out, n)
+	list := registry.List(registry.KindTool)
+	out := make([]string, 0, len(list))
+	for _, info := range list {
+		out = append(out, info.Name())
 	}
-	sort.Strings(out)
 	return out
 }

@@ -16,7 +16,7 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "storage.bbolt",
 		Description: "one bbolt file per agent (the default store)",
-		OpenStorage: openURL,
+		New:         plugin.StorageOpener(openURL),
 	})
 }
 

@@ -28,7 +28,7 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "storage.file",
 		Description: "one pretty-printed JSON file per agent, for development and hand inspection",
-		OpenStorage: openURL,
+		New:         plugin.StorageOpener(openURL),
 	})
 }
 

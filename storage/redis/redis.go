@@ -23,14 +23,14 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "storage.redis",
 		Description: "snapshots in a Redis server (durable with appendonly yes, appendfsync always)",
-		OpenStorage: openURL,
+		New:         plugin.StorageOpener(openURL),
 	})
 	// The registry finds a store by its URL scheme; rediss:// is Redis
 	// over TLS.
 	plugin.Register(plugin.Info{
 		ID:          "storage.rediss",
 		Description: "snapshots in a Redis server over TLS (see storage.redis)",
-		OpenStorage: openURL,
+		New:         plugin.StorageOpener(openURL),
 	})
 }
 

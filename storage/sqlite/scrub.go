@@ -6,7 +6,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 )
 
 // Scrub checks the database's files on the disk (plugin.Scrubber) with

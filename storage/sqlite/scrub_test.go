@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 

@@ -22,8 +22,8 @@ import (
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/sqlite/internal/record"
 )
 
@@ -31,7 +31,7 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "storage.sqlite",
 		Description: "every agent in one SQLite database (pure Go, WAL, synchronous=FULL)",
-		OpenStorage: openURL,
+		New:         plugin.StorageOpener(openURL),
 	})
 }
 

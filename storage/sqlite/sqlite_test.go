@@ -20,8 +20,8 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/internal/backend"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 	"github.com/openstarry/openstarry-edge/storage/storagetest"
 )
 

@@ -11,7 +11,7 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "infra.broker",
 		Description: "embedded MQTT broker (mochi-mqtt), started when no hub is configured",
-		NewBroker:   newPlugin,
+		New:         plugin.BrokerOpener(newPlugin),
 	})
 }
 

@@ -17,8 +17,8 @@ import (
 
 func init() {
 	plugin.Register(plugin.Info{ID: "brain.openai",
-		Description: "OpenAI-compatible chat completions servers (Ollama, llama.cpp, vLLM, hosted)"})
-	brain.Register("openai", func(cfg design.Brain) (agent.Brain, error) { return New(cfg) })
+		Description: "OpenAI-compatible chat completions servers (Ollama, llama.cpp, vLLM, hosted)",
+		New:         brain.Factory(func(cfg design.Brain) (agent.Brain, error) { return New(cfg) })})
 }
 
 // Brain is the openai brain: each step of a task is one chat completions

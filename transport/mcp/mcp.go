@@ -32,12 +32,10 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
-	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
 func init() {
-	plugin.Register(plugin.Info{ID: "tool.mcp", Description: "tools of Model Context Protocol servers (stdio command or streamable HTTP)"})
 	host.RegisterMCP(Open)
 }
 

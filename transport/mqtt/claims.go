@@ -3,7 +3,9 @@ package mqtt
 import (
 	"errors"
 	"fmt"
-	"sync"
+
+	"github.com/openstarry/openstarry-edge/core/plugin"
+	"github.com/openstarry/openstarry-edge/core/plugin/registry"
 )
 
 // Claims makes a fleet task run on one device only (transport/fleet's
@@ -17,15 +19,18 @@ type Claims interface {
 	Close()
 }
 
-// newClaims makes the claims of an agent that takes fleet tasks; nil until
-// transport/fleet registers them (RegisterClaims). An agent that would
-// subscribe to the fleet topic without them is refused at start
-// (ErrNoClaims): it would run every fleet task it receives, however many
-// devices receive the same one.
-var (
-	claimsMu  sync.Mutex // guards newClaims
-	newClaims func(Config) (Claims, error)
-)
+// ClaimsFactory makes the claims of an agent that takes fleet tasks: the
+// New of the plugin claims.fleet, which transport/fleet registers
+// (RegisterClaims). An agent that would subscribe to the fleet topic
+// without it is refused at start (ErrNoClaims): it would run every fleet
+// task it receives, however many devices receive the same one.
+type ClaimsFactory func(Config) (Claims, error)
+
+// claimsKind declares the plugin kind claims.
+var claimsKind = registry.DeclareKind(plugin.KindClaims, "mqtt.ClaimsFactory", registry.Is[ClaimsFactory])
+
+// fleetClaims is the ID of the fleet claims in the one registry.
+const fleetClaims = string(plugin.KindClaims) + ".fleet"
 
 // ErrNoClaims is the error of an agent that would take fleet tasks in a
 // binary without fleet claims.
@@ -36,25 +41,23 @@ var ErrNoClaims = errors.New("no fleet claims in this binary")
 // so they cannot live below this package. It panics on nil or on a second
 // registration, which are programming errors (as tool.Register does).
 func RegisterClaims(f func(Config) (Claims, error)) {
-	claimsMu.Lock()
-	defer claimsMu.Unlock()
 	if f == nil {
 		panic("mqtt: RegisterClaims(nil)")
 	}
-	if newClaims != nil {
+	if _, dup := plugin.Lookup(fleetClaims); dup {
 		panic("mqtt: fleet claims registered twice")
 	}
-	newClaims = f
+	plugin.Register(plugin.Info{ID: fleetClaims, Description: "fleet task claims: one device runs each fleet task (retained claims on the hub)",
+		New: ClaimsFactory(f)})
 }
 
 // claimsFactory returns what RegisterClaims set, or ErrNoClaims.
 func claimsFactory() (func(Config) (Claims, error), error) {
-	claimsMu.Lock()
-	defer claimsMu.Unlock()
-	if newClaims == nil {
+	info, ok := plugin.Lookup(fleetClaims)
+	if !ok {
 		return nil, fmt.Errorf("%w: this agent subscribes to the fleet topic but would run every fleet task it receives, "+
 			"whichever device runs it too; link transport/fleet (a blank import, as cmd/openstarry/plugins.go does), "+
 			"or set mqtt.no_fleet (--no-fleet, OPENSTARRY_MQTT_NO_FLEET) to leave the fleet topic alone", ErrNoClaims)
 	}
-	return newClaims, nil
+	return info.New.(ClaimsFactory), nil
 }

@@ -15,15 +15,7 @@ import (
 // withoutClaims runs f as in a binary that does not link transport/fleet.
 func withoutClaims(t *testing.T, f func()) {
 	t.Helper()
-	claimsMu.Lock()
-	saved := newClaims
-	newClaims = nil
-	claimsMu.Unlock()
-	defer func() {
-		claimsMu.Lock()
-		newClaims = saved
-		claimsMu.Unlock()
-	}()
+	defer plugin.Without(fleetClaims)()
 	f()
 }
 

@@ -46,7 +46,7 @@ func init() {
 	plugin.Register(plugin.Info{
 		ID:          "listener.webhook",
 		Description: "tasks over HTTP POST signed with HMAC-SHA256 (X-Hub-Signature-256)",
-		Listen:      Listen,
+		New:         plugin.ListenerOpener(Listen),
 	})
 }
 

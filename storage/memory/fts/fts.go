@@ -22,14 +22,14 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/memory"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 )
 
 func init() {
 	plugin.Register(plugin.Info{
 		ID:          "memory.fts",
 		Description: "local long-term memory: SQLite FTS5 with BM25 ranking, one file, offline",
-		OpenMemory:  openURL,
+		New:         plugin.MemoryOpener(openURL),
 	})
 }
 

@@ -45,7 +45,7 @@ func init() {
 		plugin.Register(plugin.Info{
 			ID:          "memory." + scheme,
 			Description: "long-term memory in a Qdrant server (sparse TF·IDF vectors, no embedding model needed)",
-			OpenMemory:  openURL,
+			New:         plugin.MemoryOpener(openURL),
 		})
 	}
 }

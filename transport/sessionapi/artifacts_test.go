@@ -1,4 +1,4 @@
-package session
+package sessionapi
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 )
@@ -24,7 +26,7 @@ func TestArtifactRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.StopDispatch()
-	dir := m.lay.Artifacts(v.ID, v.SessionID)
+	dir := m.Layout().Artifacts(v.ID, v.SessionID)
 	must := func(err error) {
 		t.Helper()
 		if err != nil {
@@ -40,7 +42,7 @@ func TestArtifactRoute(t *testing.T) {
 	must(os.Symlink(secret, filepath.Join(dir, "link.txt")))
 	must(os.Symlink(data, filepath.Join(dir, "up")))
 	mux := http.NewServeMux()
-	m.Routes(mux)
+	Routes(mux, m, zerolog.Nop())
 	base := "/projects/" + v.ID + "/sessions/" + v.SessionID + "/artifacts/"
 	for _, tc := range []struct {
 		path, disposition, body string

@@ -1,4 +1,4 @@
-package session
+package sessionsql
 
 import (
 	"context"
@@ -7,24 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver
 
-	"github.com/openstarry/openstarry-edge/internal/sqlitedb"
+	"github.com/openstarry/openstarry-edge/core/session"
+	"github.com/openstarry/openstarry-edge/storage/internal/sqlitedb"
 )
 
-// Sentinel errors of the store.
-var (
-	// ErrNotFound is returned when a project, session, task or approval
-	// does not exist.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict is returned when a change does not fit the current
-	// state (resuming a session that is not interrupted, deciding an
-	// approval twice).
-	ErrConflict = errors.New("conflict")
-)
+func init() {
+	session.RegisterStore("sqlite", "session continuity in DATA/sessions.db: SQLite (pure Go, WAL, synchronous=FULL)",
+		func(ctx context.Context, path string) (session.Store, error) {
+			st, err := OpenStore(ctx, path)
+			if err != nil {
+				return nil, err
+			}
+			return st, nil
+		})
+}
 
 // migrations are applied in order; PRAGMA user_version is the number
 // applied. Never edit one that shipped: append.
@@ -123,7 +125,7 @@ var migrations = []string{
 		WHERE status = 'in_progress' AND started_at IS NOT NULL;`,
 }
 
-// Store is DATA/sessions.db. Every method is safe for concurrent use; each
+// Store is DATA/sessions.db (session.Store). Every method is safe for concurrent use; each
 // change is one transaction, durable when the method returns.
 type Store struct {
 	db   *sql.DB
@@ -160,6 +162,9 @@ func OpenStore(ctx context.Context, path string) (*Store, error) {
 
 // Close closes the database.
 func (s *Store) Close() error { return s.db.Close() }
+
+// DB is the database, for tests that edit it behind the store's back.
+func (s *Store) DB() *sql.DB { return s.db }
 
 // Path is the database file.
 func (s *Store) Path() string { return s.path }
@@ -215,7 +220,7 @@ func rawOrNull(r json.RawMessage) any {
 
 // InsertProject adds a project with its first session and its plan, in one
 // transaction.
-func (s *Store) InsertProject(ctx context.Context, p *Project, sess *Session, tasks []PlanTask) error {
+func (s *Store) InsertProject(ctx context.Context, p *session.Project, sess *session.Session, tasks []session.PlanTask) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -242,8 +247,8 @@ const projectCols = `p.id, p.name, p.description, p.created_at,
 	COALESCE((SELECT id FROM sessions WHERE project_id = p.id ORDER BY started_at DESC, rowid DESC LIMIT 1), ''),
 	COALESCE((SELECT status FROM sessions WHERE project_id = p.id ORDER BY started_at DESC, rowid DESC LIMIT 1), '')`
 
-func scanProject(sc interface{ Scan(...any) error }) (Project, error) {
-	var p Project
+func scanProject(sc interface{ Scan(...any) error }) (session.Project, error) {
+	var p session.Project
 	var created string
 	err := sc.Scan(&p.ID, &p.Name, &p.Description, &created, &p.SessionID, &p.Status)
 	if t := parseTS(sql.NullString{String: created, Valid: true}); t != nil {
@@ -253,13 +258,13 @@ func scanProject(sc interface{ Scan(...any) error }) (Project, error) {
 }
 
 // Projects lists every project, newest first.
-func (s *Store) Projects(ctx context.Context) ([]Project, error) {
+func (s *Store) Projects(ctx context.Context) ([]session.Project, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT `+projectCols+` FROM projects p ORDER BY p.created_at DESC, p.id`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []Project{}
+	out := []session.Project{}
 	for rows.Next() {
 		p, err := scanProject(rows)
 		if err != nil {
@@ -271,10 +276,10 @@ func (s *Store) Projects(ctx context.Context) ([]Project, error) {
 }
 
 // Project returns one project.
-func (s *Store) Project(ctx context.Context, id string) (*Project, error) {
+func (s *Store) Project(ctx context.Context, id string) (*session.Project, error) {
 	p, err := scanProject(s.db.QueryRowContext(ctx, `SELECT `+projectCols+` FROM projects p WHERE p.id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("project %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("project %s: %w", id, session.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -288,7 +293,12 @@ type execer interface {
 	ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error)
 }
 
-func insertSession(ctx context.Context, tx execer, x *Session) error {
+// InsertSession adds a session row as it is (a rebuild from the files).
+func (s *Store) InsertSession(ctx context.Context, x *session.Session) error {
+	return insertSession(ctx, s.db, x)
+}
+
+func insertSession(ctx context.Context, tx execer, x *session.Session) error {
 	_, err := tx.ExecContext(ctx, `INSERT INTO sessions(id, project_id, parent_session_id, started_at, ended_at,
 		interruption_reason, current_phase, current_agent_role, current_agent_type, current_task_id, context_summary, status,
 		current_agent_id)
@@ -303,7 +313,7 @@ func insertSession(ctx context.Context, tx execer, x *Session) error {
 }
 
 // UpdateSession writes every column of a session.
-func (s *Store) UpdateSession(ctx context.Context, x *Session) error {
+func (s *Store) UpdateSession(ctx context.Context, x *session.Session) error {
 	res, err := s.db.ExecContext(ctx, `UPDATE sessions SET ended_at=?, interruption_reason=?, current_phase=?,
 		current_agent_role=?, current_agent_type=?, current_task_id=?, context_summary=?, status=?, current_agent_id=? WHERE id=?`,
 		tsp(x.EndedAt), nullStr(x.InterruptionReason), x.CurrentPhase, nullStr(x.CurrentAgentRole),
@@ -312,7 +322,7 @@ func (s *Store) UpdateSession(ctx context.Context, x *Session) error {
 		return fmt.Errorf("update session %s: %w", x.ID, err)
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("session %s: %w", x.ID, ErrNotFound)
+		return fmt.Errorf("session %s: %w", x.ID, session.ErrNotFound)
 	}
 	return nil
 }
@@ -321,8 +331,8 @@ const sessionCols = `id, project_id, COALESCE(parent_session_id,''), started_at,
 	COALESCE(current_phase,0), COALESCE(current_agent_role,''), COALESCE(current_agent_type,''),
 	COALESCE(current_task_id,''), COALESCE(context_summary,''), status, COALESCE(current_agent_id,'')`
 
-func scanSession(sc interface{ Scan(...any) error }) (Session, error) {
-	var x Session
+func scanSession(sc interface{ Scan(...any) error }) (session.Session, error) {
+	var x session.Session
 	var started string
 	var ended sql.NullString
 	err := sc.Scan(&x.ID, &x.ProjectID, &x.ParentSessionID, &started, &ended, &x.InterruptionReason,
@@ -335,27 +345,27 @@ func scanSession(sc interface{ Scan(...any) error }) (Session, error) {
 }
 
 // Sessions lists a project's sessions, oldest first.
-func (s *Store) Sessions(ctx context.Context, projectID string) ([]Session, error) {
+func (s *Store) Sessions(ctx context.Context, projectID string) ([]session.Session, error) {
 	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE project_id = ? ORDER BY started_at, rowid`, projectID)
 }
 
 // OpenSessions lists the sessions with no ended_at, of every project.
-func (s *Store) OpenSessions(ctx context.Context) ([]Session, error) {
+func (s *Store) OpenSessions(ctx context.Context) ([]session.Session, error) {
 	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE ended_at IS NULL ORDER BY started_at, rowid`)
 }
 
 // InterruptedSessions lists every session whose status is interrupted.
-func (s *Store) InterruptedSessions(ctx context.Context) ([]Session, error) {
+func (s *Store) InterruptedSessions(ctx context.Context) ([]session.Session, error) {
 	return s.querySessions(ctx, `SELECT `+sessionCols+` FROM sessions WHERE status = 'interrupted' ORDER BY started_at, rowid`)
 }
 
-func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]Session, error) {
+func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]session.Session, error) {
 	rows, err := s.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := []Session{}
+	out := []session.Session{}
 	for rows.Next() {
 		x, err := scanSession(rows)
 		if err != nil {
@@ -367,10 +377,10 @@ func (s *Store) querySessions(ctx context.Context, q string, args ...any) ([]Ses
 }
 
 // Session returns one session.
-func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
+func (s *Store) Session(ctx context.Context, id string) (*session.Session, error) {
 	x, err := scanSession(s.db.QueryRowContext(ctx, `SELECT `+sessionCols+` FROM sessions WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("session %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("session %s: %w", id, session.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -380,9 +390,9 @@ func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
 
 // StartChild marks parent resumed and inserts child, and writes the tasks
 // it takes over (moved to it, retried ones as new attempts), in one
-// transaction. ErrConflict when the parent is not interrupted (a
+// transaction. session.ErrConflict when the parent is not interrupted (a
 // concurrent resume took it).
-func (s *Store) StartChild(ctx context.Context, parentID string, child *Session, tasks []PlanTask) error {
+func (s *Store) StartChild(ctx context.Context, parentID string, child *session.Session, tasks []session.PlanTask) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -393,7 +403,7 @@ func (s *Store) StartChild(ctx context.Context, parentID string, child *Session,
 		return err
 	}
 	if n, _ := res.RowsAffected(); n != 1 {
-		return fmt.Errorf("session %s is not interrupted: %w", parentID, ErrConflict)
+		return fmt.Errorf("session %s is not interrupted: %w", parentID, session.ErrConflict)
 	}
 	if err := insertSession(ctx, tx, child); err != nil {
 		return err
@@ -408,7 +418,7 @@ func (s *Store) StartChild(ctx context.Context, parentID string, child *Session,
 
 // --- tasks
 
-func putTask(ctx context.Context, tx execer, t *PlanTask) error {
+func putTask(ctx context.Context, tx execer, t *session.PlanTask) error {
 	deps := t.DependsOn
 	if deps == nil {
 		deps = []string{}
@@ -432,10 +442,10 @@ func putTask(ctx context.Context, tx execer, t *PlanTask) error {
 }
 
 // PutTask inserts or replaces one task.
-func (s *Store) PutTask(ctx context.Context, t *PlanTask) error { return putTask(ctx, s.db, t) }
+func (s *Store) PutTask(ctx context.Context, t *session.PlanTask) error { return putTask(ctx, s.db, t) }
 
 // PutTasks writes several tasks in one transaction.
-func (s *Store) PutTasks(ctx context.Context, ts []PlanTask) error {
+func (s *Store) PutTasks(ctx context.Context, ts []session.PlanTask) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -451,7 +461,7 @@ func (s *Store) PutTasks(ctx context.Context, ts []PlanTask) error {
 
 // Tasks returns a project's plan in plan order, each with its approval
 // state.
-func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error) {
+func (s *Store) Tasks(ctx context.Context, projectID string) ([]session.PlanTask, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT t.id, t.session_id, t.project_id, t.seq, t.phase, t.task_type, t.name,
 		COALESCE(t.input,''), t.status, COALESCE(t.progress_percent,0), COALESCE(t.assigned_to,''), COALESCE(t.depends_on,'[]'),
 		t.approval, t.attempt, COALESCE(t.feedback,''), t.started_at, t.completed_at, COALESCE(t.result,''), COALESCE(t.error,''),
@@ -463,9 +473,9 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 		return nil, err
 	}
 	defer rows.Close()
-	out := []PlanTask{}
+	out := []session.PlanTask{}
 	for rows.Next() {
-		var t PlanTask
+		var t session.PlanTask
 		var input, deps, result string
 		var started, completed sql.NullString
 		var waiting bool
@@ -484,8 +494,8 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 			t.DependsOn = []string{}
 		}
 		t.StartedAt, t.CompletedAt = parseTS(started), parseTS(completed)
-		if waiting && t.Status == TaskInProgress {
-			t.State = WaitingForApproval
+		if waiting && t.Status == session.TaskInProgress {
+			t.State = session.WaitingForApproval
 		}
 		out = append(out, t)
 	}
@@ -499,18 +509,18 @@ func (s *Store) Tasks(ctx context.Context, projectID string) ([]PlanTask, error)
 // task's later attempt (after a revision, or a retry by a resumed session)
 // starts its revision_history with that of the task's previous approval:
 // every earlier round, oldest first.
-func (s *Store) InsertApproval(ctx context.Context, a *Approval) (*Approval, error) {
-	unknown := a.CheckpointType == CheckpointUnknownOutcome
+func (s *Store) InsertApproval(ctx context.Context, a *session.Approval) (*session.Approval, error) {
+	unknown := a.CheckpointType == session.CheckpointUnknownOutcome
 	if a.TaskID != "" {
-		if got, err := s.approvalFor(ctx, a.ProjectID, a.TaskID, a.Attempt, unknown); err == nil {
+		if got, err := s.ApprovalFor(ctx, a.ProjectID, a.TaskID, a.Attempt, unknown); err == nil {
 			return got, nil
-		} else if !errors.Is(err, ErrNotFound) {
+		} else if !errors.Is(err, session.ErrNotFound) {
 			return nil, err
 		}
 	}
 	hist := a.RevisionHistory
 	if hist == nil {
-		hist = []Revision{}
+		hist = []session.Revision{}
 		if a.TaskID != "" && !unknown && a.ID == 0 {
 			prev, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals
 				WHERE project_id = ? AND task_id = ? AND attempt < ? AND checkpoint_type != 'unknown_outcome'
@@ -552,7 +562,7 @@ func (s *Store) SetApprovalResult(ctx context.Context, id int64, result json.Raw
 	var have []string
 	_ = json.Unmarshal(a.Artifacts, &have)
 	for _, p := range artifacts {
-		if !contains(have, p) {
+		if !slices.Contains(have, p) {
 			have = append(have, p)
 		}
 	}
@@ -575,8 +585,8 @@ const approvalCols = `id, session_id, project_id, task_id, attempt, checkpoint_t
 	resolved_at, COALESCE(feedback,''), COALESCE(instruction_content,''), COALESCE(worker_instructions,'[]'),
 	COALESCE(artifacts,'[]'), COALESCE(revision_history,'[]'), COALESCE(decided_by,''), COALESCE(result,'')`
 
-func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
-	var a Approval
+func scanApproval(sc interface{ Scan(...any) error }) (session.Approval, error) {
+	var a session.Approval
 	var submitted, wi, art, hist, result string
 	var resolved sql.NullString
 	err := sc.Scan(&a.ID, &a.SessionID, &a.ProjectID, &a.TaskID, &a.Attempt, &a.CheckpointType, &a.LeaderID, &a.Status,
@@ -590,16 +600,16 @@ func scanApproval(sc interface{ Scan(...any) error }) (Approval, error) {
 	a.ResolvedAt = parseTS(resolved)
 	a.WorkerInstructions, a.Artifacts = json.RawMessage(wi), json.RawMessage(art)
 	if json.Unmarshal([]byte(hist), &a.RevisionHistory) != nil || a.RevisionHistory == nil {
-		a.RevisionHistory = []Revision{}
+		a.RevisionHistory = []session.Revision{}
 	}
 	return a, err
 }
 
 // Approval returns one approval.
-func (s *Store) Approval(ctx context.Context, id int64) (*Approval, error) {
+func (s *Store) Approval(ctx context.Context, id int64) (*session.Approval, error) {
 	a, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("approval %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("approval %d: %w", id, session.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -607,12 +617,12 @@ func (s *Store) Approval(ctx context.Context, id int64) (*Approval, error) {
 	return &a, nil
 }
 
-func (s *Store) approvalFor(ctx context.Context, projectID, taskID string, attempt int, unknown bool) (*Approval, error) {
+func (s *Store) ApprovalFor(ctx context.Context, projectID, taskID string, attempt int, unknown bool) (*session.Approval, error) {
 	a, err := scanApproval(s.db.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals
 		WHERE project_id = ? AND task_id = ? AND attempt = ? AND (checkpoint_type = 'unknown_outcome') = ?`,
 		projectID, taskID, attempt, unknown))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("approval of %s attempt %d: %w", taskID, attempt, ErrNotFound)
+		return nil, fmt.Errorf("approval of %s attempt %d: %w", taskID, attempt, session.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
@@ -622,7 +632,7 @@ func (s *Store) approvalFor(ctx context.Context, projectID, taskID string, attem
 
 // Approvals lists approvals, oldest first: of a project when projectID is
 // set, with status when status is set.
-func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]Approval, error) {
+func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]session.Approval, error) {
 	q := `SELECT ` + approvalCols + ` FROM human_approvals WHERE 1=1`
 	var args []any
 	if projectID != "" {
@@ -638,7 +648,7 @@ func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]Appr
 		return nil, err
 	}
 	defer rows.Close()
-	out := []Approval{}
+	out := []session.Approval{}
 	for rows.Next() {
 		a, err := scanApproval(rows)
 		if err != nil {
@@ -650,9 +660,9 @@ func (s *Store) Approvals(ctx context.Context, projectID, status string) ([]Appr
 }
 
 // Decide resolves a pending approval: status, feedback, who decided,
-// resolved_at, and an entry in revision_history. ErrConflict when it is
+// resolved_at, and an entry in revision_history. session.ErrConflict when it is
 // not pending.
-func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by string, at time.Time) (*Approval, error) {
+func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by string, at time.Time) (*session.Approval, error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
@@ -660,15 +670,15 @@ func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by strin
 	defer tx.Rollback()
 	a, err := scanApproval(tx.QueryRowContext(ctx, `SELECT `+approvalCols+` FROM human_approvals WHERE id = ?`, id))
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("approval %d: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("approval %d: %w", id, session.ErrNotFound)
 	}
 	if err != nil {
 		return nil, err
 	}
-	if a.Status != ApprovalPending {
-		return nil, fmt.Errorf("approval %d is already %s: %w", id, a.Status, ErrConflict)
+	if a.Status != session.ApprovalPending {
+		return nil, fmt.Errorf("approval %d is already %s: %w", id, a.Status, session.ErrConflict)
 	}
-	a.RevisionHistory = append(a.RevisionHistory, Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by,
+	a.RevisionHistory = append(a.RevisionHistory, session.Revision{At: at.UTC(), Status: status, Feedback: feedback, Attempt: a.Attempt, By: by,
 		ApprovalID: a.ID, Result: a.Result})
 	if _, err := tx.ExecContext(ctx, `UPDATE human_approvals SET status=?, feedback=?, resolved_at=?, revision_history=?, decided_by=? WHERE id=?`,
 		status, nullStr(feedback), ts(at), jsonText(a.RevisionHistory), nullStr(by), id); err != nil {
@@ -684,7 +694,7 @@ func (s *Store) Decide(ctx context.Context, id int64, status, feedback, by strin
 
 // PutApproach inserts or replaces an approach (the same id in the same
 // session is the same approach).
-func (s *Store) PutApproach(ctx context.Context, projectID, sessionID, kind string, a Approach, at time.Time) error {
+func (s *Store) PutApproach(ctx context.Context, projectID, sessionID, kind string, a session.Approach, at time.Time) error {
 	body, err := json.Marshal(a)
 	if err != nil {
 		return err
@@ -700,7 +710,7 @@ func (s *Store) PutApproach(ctx context.Context, projectID, sessionID, kind stri
 
 // Approaches lists recorded approaches, oldest first: of a project, or of
 // one session when sessionID is set.
-func (s *Store) Approaches(ctx context.Context, projectID, sessionID string) ([]RecordedApproach, error) {
+func (s *Store) Approaches(ctx context.Context, projectID, sessionID string) ([]session.RecordedApproach, error) {
 	q := `SELECT session_id, kind, body FROM approaches WHERE project_id = ?`
 	args := []any{projectID}
 	if sessionID != "" {
@@ -712,9 +722,9 @@ func (s *Store) Approaches(ctx context.Context, projectID, sessionID string) ([]
 		return nil, err
 	}
 	defer rows.Close()
-	out := []RecordedApproach{}
+	out := []session.RecordedApproach{}
 	for rows.Next() {
-		var r RecordedApproach
+		var r session.RecordedApproach
 		var body string
 		if err := rows.Scan(&r.SessionID, &r.Kind, &body); err != nil {
 			return nil, err

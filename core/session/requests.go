@@ -15,6 +15,10 @@ import (
 	"github.com/openstarry/openstarry-edge/core/jsonerr"
 )
 
+// The requests the manager takes (from the session API, the CLI and the
+// agents' session tools) and their strict decoders; no HTTP here
+// (transport/sessionapi serves them).
+
 // ErrBadRequest is wrapped by every error of a request body or argument.
 var ErrBadRequest = errors.New("bad request")
 
@@ -55,7 +59,7 @@ func (d *DepRef) UnmarshalJSON(b []byte) error {
 	}
 	n, err := strconv.Atoi(string(b))
 	if err != nil || n < 0 {
-		return fmt.Errorf("depends_on: want a task index (0, 1, …) or a task id, got %s", clipID(string(b)))
+		return fmt.Errorf("depends_on: want a task index (0, 1, …) or a task id, got %s", ClipID(string(b)))
 	}
 	d.Index = n
 	return nil
@@ -112,10 +116,10 @@ func DecodeCreateRequest(r io.Reader) (*CreateRequest, error) {
 			return nil, fmt.Errorf("%w: tasks[%d].phase %d: want 1 to 999", ErrBadRequest, i, t.Phase)
 		}
 		if !taskTypeRe().MatchString(t.Type) {
-			return nil, fmt.Errorf("%w: tasks[%d].type %q: want a lower-case letter then up to 31 lower-case letters or digits", ErrBadRequest, i, clipID(t.Type))
+			return nil, fmt.Errorf("%w: tasks[%d].type %q: want a lower-case letter then up to 31 lower-case letters or digits", ErrBadRequest, i, ClipID(t.Type))
 		}
 		if t.AssignedTo != "" && agent.ValidateID(t.AssignedTo) != nil {
-			return nil, fmt.Errorf("%w: tasks[%d].assigned_to %q: not an agent id", ErrBadRequest, i, clipID(t.AssignedTo))
+			return nil, fmt.Errorf("%w: tasks[%d].assigned_to %q: not an agent id", ErrBadRequest, i, ClipID(t.AssignedTo))
 		}
 		if len(t.Input) > 0 && !json.Valid(t.Input) {
 			return nil, fmt.Errorf("%w: tasks[%d].input is not JSON", ErrBadRequest, i)
@@ -154,7 +158,7 @@ func DecodeDecision(r io.Reader) (*Decision, string, error) {
 		return nil, "", fmt.Errorf("%w: feedback longer than 64 KiB", ErrBadRequest)
 	}
 	d.DecidedBy = strings.TrimSpace(d.DecidedBy)
-	if err := validDecider(d.DecidedBy); err != nil {
+	if err := ValidDecider(d.DecidedBy); err != nil {
 		return nil, "", err
 	}
 	switch d.Decision {
@@ -168,14 +172,14 @@ func DecodeDecision(r io.Reader) (*Decision, string, error) {
 		}
 		return &d, ApprovalRevision, nil
 	}
-	return nil, "", fmt.Errorf("%w: decision %q: want approve, reject or revise", ErrBadRequest, clipID(d.Decision))
+	return nil, "", fmt.Errorf("%w: decision %q: want approve, reject or revise", ErrBadRequest, ClipID(d.Decision))
 }
 
 // ParseApprovalID checks an approval id from a path.
 func ParseApprovalID(s string) (int64, error) {
 	n, err := strconv.ParseInt(s, 10, 64)
 	if err != nil || n < 1 || strconv.FormatInt(n, 10) != s {
-		return 0, fmt.Errorf("%w: approval id %q: want a positive integer", ErrBadID, clipID(s))
+		return 0, fmt.Errorf("%w: approval id %q: want a positive integer", ErrBadID, ClipID(s))
 	}
 	return n, nil
 }
@@ -257,7 +261,7 @@ func DecodeToolRequest(data []byte, v any) error {
 		switch x.Kind {
 		case ApproachVerified, ApproachFailed, ApproachUntried:
 		default:
-			return fmt.Errorf("%w: kind %q: want verified, failed or untried", ErrBadRequest, clipID(x.Kind))
+			return fmt.Errorf("%w: kind %q: want verified, failed or untried", ErrBadRequest, ClipID(x.Kind))
 		}
 		if strings.TrimSpace(x.Approach.Description) == "" {
 			return fmt.Errorf("%w: an approach needs a description", ErrBadRequest)
@@ -275,7 +279,7 @@ func DecodeToolRequest(data []byte, v any) error {
 		switch x.Status {
 		case "", TaskInProgress, TaskBlocked, TaskPending:
 		default:
-			return fmt.Errorf("%w: status %q: an agent sets in_progress, pending or blocked (the plan sets completed and failed from results)", ErrBadRequest, clipID(x.Status))
+			return fmt.Errorf("%w: status %q: an agent sets in_progress, pending or blocked (the plan sets completed and failed from results)", ErrBadRequest, ClipID(x.Status))
 		}
 		if x.DependsOn != nil {
 			for _, d := range *x.DependsOn {
@@ -296,8 +300,8 @@ func DecodeToolRequest(data []byte, v any) error {
 	return nil
 }
 
-// validDecider accepts up to 128 printable characters of UTF-8.
-func validDecider(s string) error {
+// ValidDecider accepts up to 128 printable characters of UTF-8.
+func ValidDecider(s string) error {
 	if len(s) > 128 || !utf8.ValidString(s) {
 		return fmt.Errorf("%w: decided_by: at most 128 bytes of UTF-8", ErrBadRequest)
 	}

@@ -1,8 +1,12 @@
-package session
+// Package sessionapi serves session continuity over HTTP: seed 003's API
+// (projects, sessions, resume, approvals, approaches, artifacts) on the
+// daemon's listener, over a session.Manager. The daemon gets Routes
+// injected (daemon.Options.SessionRoutes); the manager holds the logic and
+// the store.
+package sessionapi
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +19,10 @@ import (
 	"path"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/session"
 )
 
 // Routes adds the session API to mux (the daemon's listener, which applies
@@ -37,7 +45,8 @@ import (
 // bad id or body, 404 for an unknown one, 409 for a resume of a session
 // that is not interrupted or a decision on a decided approval, 405 for a
 // wrong method.
-func (m *Manager) Routes(mux *http.ServeMux) {
+func Routes(mux *http.ServeMux, sm *session.Manager, log zerolog.Logger) {
+	m := &api{Manager: sm, log: log}
 	mux.HandleFunc("POST /projects", m.postProject)
 	mux.HandleFunc("GET /projects", m.getProjects)
 	mux.HandleFunc("GET /projects/{id}", m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
@@ -63,18 +72,24 @@ func (m *Manager) Routes(mux *http.ServeMux) {
 		answer(w, r, http.StatusOK)(m.Approvals(r.Context(), "", r.URL.Query().Get("status")))
 	})
 	mux.HandleFunc("GET /approvals/{id}", func(w http.ResponseWriter, r *http.Request) {
-		id, err := ParseApprovalID(r.PathValue("id"))
+		id, err := session.ParseApprovalID(r.PathValue("id"))
 		if err != nil {
 			WriteError(w, err)
 			return
 		}
-		answer(w, r, http.StatusOK)(m.store.Approval(r.Context(), id))
+		answer(w, r, http.StatusOK)(m.Store().Approval(r.Context(), id))
 	})
 	mux.HandleFunc("POST /approvals/{id}", m.postDecision)
 }
 
-func (m *Manager) postProject(w http.ResponseWriter, r *http.Request) {
-	req, err := DecodeCreateRequest(r.Body)
+// api is the handlers over one manager.
+type api struct {
+	*session.Manager
+	log zerolog.Logger
+}
+
+func (m *api) postProject(w http.ResponseWriter, r *http.Request) {
+	req, err := session.DecodeCreateRequest(r.Body)
 	if err != nil {
 		m.log.Warn().Err(err).Str("remote", r.RemoteAddr).Msg("POST /projects refused")
 		WriteError(w, err)
@@ -83,8 +98,8 @@ func (m *Manager) postProject(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, http.StatusCreated)(m.CreateProject(r.Context(), req))
 }
 
-func (m *Manager) getProjects(w http.ResponseWriter, r *http.Request) {
-	answer(w, r, http.StatusOK)(m.store.Projects(r.Context()))
+func (m *api) getProjects(w http.ResponseWriter, r *http.Request) {
+	answer(w, r, http.StatusOK)(m.Store().Projects(r.Context()))
 }
 
 // MaxInlineArtifact is the largest artifact served to be shown in the
@@ -98,18 +113,18 @@ const MaxInlineArtifact = 1 << 20
 // and no symbolic link out of it (os.Root). Text (UTF-8, up to
 // MaxInlineArtifact) is served inline as text/plain, anything else as an
 // attachment; never as a type a browser would run.
-func (m *Manager) getArtifact(w http.ResponseWriter, r *http.Request, id, sid string) {
-	if _, err := m.session(r.Context(), id, sid); err != nil {
+func (m *api) getArtifact(w http.ResponseWriter, r *http.Request, id, sid string) {
+	if _, err := m.Session(r.Context(), id, sid); err != nil {
 		WriteError(w, err)
 		return
 	}
 	rel := r.PathValue("path")
 	if !fs.ValidPath(rel) || rel == "." || strings.Contains(rel, "\\") {
-		WriteError(w, fmt.Errorf("%w: artifact path %q: want a relative path inside the session's artifacts directory", ErrBadRequest, clipID(rel)))
+		WriteError(w, fmt.Errorf("%w: artifact path %q: want a relative path inside the session's artifacts directory", session.ErrBadRequest, session.ClipID(rel)))
 		return
 	}
-	notFound := fmt.Errorf("artifact %s of session %s: %w", clipID(rel), sid, ErrNotFound)
-	root, err := os.OpenRoot(m.lay.Artifacts(id, sid))
+	notFound := fmt.Errorf("artifact %s of session %s: %w", session.ClipID(rel), sid, session.ErrNotFound)
+	root, err := os.OpenRoot(m.Layout().Artifacts(id, sid))
 	if err != nil {
 		WriteError(w, notFound)
 		return
@@ -168,13 +183,13 @@ func isText(head []byte) bool {
 // recorded under that name.
 const HeaderUser = "X-OpenStarry-User"
 
-func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
-	id, err := ParseApprovalID(r.PathValue("id"))
+func (m *api) postDecision(w http.ResponseWriter, r *http.Request) {
+	id, err := session.ParseApprovalID(r.PathValue("id"))
 	if err != nil {
 		WriteError(w, err)
 		return
 	}
-	d, status, err := DecodeDecision(r.Body)
+	d, status, err := session.DecodeDecision(r.Body)
 	if err != nil {
 		m.log.Warn().Err(err).Int64("approval", id).Msg("decision refused")
 		WriteError(w, err)
@@ -183,7 +198,7 @@ func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
 	by := d.DecidedBy
 	if by == "" {
 		by = strings.TrimSpace(r.Header.Get(HeaderUser))
-		if validDecider(by) != nil {
+		if session.ValidDecider(by) != nil {
 			by = ""
 		}
 	}
@@ -197,10 +212,10 @@ func (m *Manager) postDecision(w http.ResponseWriter, r *http.Request) {
 	answer(w, r, http.StatusOK)(m.DecideBy(r.Context(), id, status, d.Feedback, by))
 }
 
-func (m *Manager) withProject(h func(w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
+func (m *api) withProject(h func(w http.ResponseWriter, r *http.Request, id string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		id := r.PathValue("id")
-		if err := ValidateProjectID(id); err != nil {
+		if err := session.ValidateProjectID(id); err != nil {
 			WriteError(w, err)
 			return
 		}
@@ -208,10 +223,10 @@ func (m *Manager) withProject(h func(w http.ResponseWriter, r *http.Request, id 
 	}
 }
 
-func (m *Manager) withSession(h func(w http.ResponseWriter, r *http.Request, id, sid string)) http.HandlerFunc {
+func (m *api) withSession(h func(w http.ResponseWriter, r *http.Request, id, sid string)) http.HandlerFunc {
 	return m.withProject(func(w http.ResponseWriter, r *http.Request, id string) {
 		sid := r.PathValue("sid")
-		if err := ValidateSessionID(sid); err != nil {
+		if err := session.ValidateSessionID(sid); err != nil {
 			WriteError(w, err)
 			return
 		}
@@ -234,36 +249,9 @@ func answer(w http.ResponseWriter, _ *http.Request, status int) func(any, error)
 	}
 }
 
-// Error codes of the API.
-const (
-	CodeBadID       = "bad_id"
-	CodeBadRequest  = "bad_request"
-	CodeNotFound    = "not_found"
-	CodeConflict    = "conflict"
-	CodeInternal    = "internal"
-	CodeUnavailable = "unavailable"
-)
-
-// StatusOf maps an error of this package to an HTTP status and code.
-func StatusOf(err error) (int, string) {
-	switch {
-	case errors.Is(err, ErrBadID):
-		return http.StatusBadRequest, CodeBadID
-	case errors.Is(err, ErrBadRequest):
-		return http.StatusBadRequest, CodeBadRequest
-	case errors.Is(err, ErrNotFound):
-		return http.StatusNotFound, CodeNotFound
-	case errors.Is(err, ErrConflict):
-		return http.StatusConflict, CodeConflict
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return http.StatusServiceUnavailable, CodeUnavailable
-	}
-	return http.StatusInternalServerError, CodeInternal
-}
-
 // WriteError writes err as one line of JSON {"error", "code"}.
 func WriteError(w http.ResponseWriter, err error) {
-	status, code := StatusOf(err)
+	status, code := session.StatusOf(err)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	b, _ := json.Marshal(map[string]string{"error": strings.ReplaceAll(err.Error(), "\n", " "), "code": code})
