@@ -264,7 +264,6 @@ func isConnReset(err error) bool {
 // request (the answer was read whole and the agent keeps it open).
 func (a *agentAuth) copyAnswer(w http.ResponseWriter, resp *http.Response, c *agentConn, ctx context.Context) bool {
 	stop := context.AfterFunc(ctx, func() { _ = c.c.SetDeadline(time.Unix(1, 0)) })
-	defer stop()
 	h := w.Header()
 	conn := resp.Header["Connection"]
 	for k, vs := range resp.Header {
@@ -309,7 +308,10 @@ func (a *agentAuth) copyAnswer(w http.ResponseWriter, resp *http.Response, c *ag
 	for k, vs := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vs
 	}
-	return err == nil && !resp.Close && ctx.Err() == nil
+	// Kept only if the client's end did not (and now cannot) break it off:
+	// a connection put back with a deadline in the past would fail the
+	// next request.
+	return stop() && err == nil && !resp.Close
 }
 
 // dropHeader reports whether the request header k is not passed on:
