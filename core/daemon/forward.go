@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,14 +25,18 @@ import (
 // passes each request through two more goroutines per connection (the
 // transport's writeLoop and readLoop), copies the request's headers twice
 // (ReverseProxy's outbound request, agentAuth's clone) and sends the headers
-// and the body in two writes; at 8 submit-and-wait clients the hop was a
-// third of the processor time of a task (perf, BenchmarkEndToEndHTTP's
-// load), most of it waking those goroutines' threads. What it does that
+// and the body in two writes. At 8 submit-and-wait clients the hop was a
+// third of the processor time of a task (perf and /proc schedstat under
+// BenchmarkEndToEndHTTP's load); forwarded this way, the daemon's share
+// falls by about 40% (docs/figures.md). What the reverse proxy did that
 // matters here is done the same way: hop-by-hop headers and the client's
 // Authorization and Forwarded headers are dropped, the daemon's token is
 // sent, a client that goes away cancels the agent's side, a streamed answer
 // is flushed as it comes, and an agent that cannot be reached is answered
-// 502 agent_unreachable.
+// 502 agent_unreachable. One thing differs: a kept connection that the
+// agent closed unseen (it answered nothing at all) is replaced and the
+// request sent again once, a task included: a task is taken once by its
+// task_id, so sending it twice runs it once.
 
 // forwardMaxBody is the largest request body the fast path buffers (a task
 // is far smaller); a larger one, or one of unknown length, goes through
@@ -256,8 +261,11 @@ func staleOr(err error) error {
 }
 
 func isConnReset(err error) bool {
-	s := err.Error()
-	return strings.Contains(s, "connection reset") || strings.Contains(s, "broken pipe")
+	if errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	s := err.Error() // Windows' WSAECONNRESET
+	return strings.Contains(s, "connection reset") || strings.Contains(s, "forcibly closed")
 }
 
 // copyAnswer writes resp to w and reports whether c can carry another
