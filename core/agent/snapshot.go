@@ -196,9 +196,15 @@ type ToolResult struct {
 // is not valid contract JSON.
 var ErrInvalidSnapshot = errors.New("invalid snapshot")
 
-// Encode returns the contract JSON of s.
+// Encode returns the contract JSON of s. It is json.Marshal(s), byte for
+// byte, without json.Marshal's second pass over what MarshalJSON returns
+// (a scan that checks and compacts it, and a copy): MarshalJSON's output
+// comes from json.Marshal already. Every Save encodes the snapshot's body.
 func Encode(s *Snapshot) ([]byte, error) {
-	return json.Marshal(s)
+	if s == nil {
+		return []byte("null"), nil
+	}
+	return s.MarshalJSON()
 }
 
 // MarshalJSON writes the contract JSON: the specification's lists and maps

@@ -187,3 +187,37 @@ func TestEmptyListsAreNotNull(t *testing.T) {
 		}
 	}
 }
+
+// TestEncodeIsMarshal: Encode writes what json.Marshal writes, byte for
+// byte (it skips only Marshal's second pass over MarshalJSON's output), for
+// the golden snapshots, one with text that JSON escapes (HTML, control
+// characters, invalid UTF-8) and empty lists, and nil.
+func TestEncodeIsMarshal(t *testing.T) {
+	snaps := []*Snapshot{nil, {AgentID: "a", Status: StatusStopped, Memory: Memory{WorkingVariables: map[string]any{
+		"html": "<b>&amp;</b>", "ctl": "tab\there\nnew\u2028line", "bad": "\xff\xfe", "n": 1.5, "nested": map[string]any{"z": []any{"<", nil}},
+	}}}}
+	for _, name := range []string{"seed_002.json", "full_v1.json"} {
+		raw, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Decode(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps = append(snaps, s)
+	}
+	for i, s := range snaps {
+		want, err := json.Marshal(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := Encode(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Errorf("snapshot %d: Encode\n%s\njson.Marshal\n%s", i, got, want)
+		}
+	}
+}

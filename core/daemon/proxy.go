@@ -1,12 +1,14 @@
 package daemon
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"sync"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
+	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
 // proxyAgent passes /agents/{id}/... to the agent's own API.
@@ -28,6 +30,18 @@ func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if a, ok := d.httpc.Transport.(*agentAuth); ok && forwardable(r) && target.Scheme == "http" {
+		// The common path (forward.go): no ReverseProxy, no transport
+		// goroutines.
+		var be errBody
+		switch err := a.forward(w, r, target.Host); {
+		case errors.As(err, &be):
+			writeError(w, &control.Error{Status: http.StatusBadRequest, Code: httpx.CodeBadBody, Msg: err.Error()})
+		case err != nil:
+			writeError(w, &control.Error{Status: http.StatusBadGateway, Code: "agent_unreachable", Msg: "agent " + id + ": " + err.Error()})
+		}
+		return
+	}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
@@ -47,6 +61,7 @@ func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 type agentAuth struct {
 	token string
 	base  http.RoundTripper
+	conns agentConns // the fast path's connections (forward.go)
 }
 
 func (a *agentAuth) RoundTrip(r *http.Request) (*http.Response, error) {
