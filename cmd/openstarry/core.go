@@ -17,7 +17,7 @@ import (
 // end means the daemon is gone (or wants it to stop, on Windows).
 const envParentPipe = "OPENSTARRY_PARENT_PIPE"
 
-func init() {
+func newCoreCmd(g *globals) *cobra.Command {
 	var f runFlags
 	var digest, source string
 	cmd := &cobra.Command{
@@ -45,7 +45,7 @@ agent.`,
 			m := metrics.NewAgent(nil)
 			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave, onScrub: m.ObserveScrub,
 				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest, source: source}
-			return runAgent(cmd.Context(), f)
+			return runAgent(cmd.Context(), f, g.logger())
 		},
 	}
 	fl := cmd.Flags()
@@ -56,7 +56,7 @@ agent.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // watchParent stops the agent when its stdin ends: the daemon closed it or

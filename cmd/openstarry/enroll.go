@@ -10,7 +10,7 @@ import (
 	"github.com/openstarry/openstarry-edge/transport/enroll"
 )
 
-func init() {
+func newEnrollCmd() *cobra.Command {
 	var f configFlags
 	var hubURL, token, device string
 	cmd := &cobra.Command{
@@ -65,7 +65,7 @@ it is on loopback.`,
 	cmd.Flags().StringVar(&hubURL, "hub", envOr("OPENSTARRY_HUB", ""), "the hub's enrolment URL, https://HOST[:PORT] (env OPENSTARRY_HUB)")
 	cmd.Flags().StringVar(&token, "token", envOr("OPENSTARRY_ENROLL_TOKEN", ""), "the one-time token from openstarry hub token (env OPENSTARRY_ENROLL_TOKEN)")
 	cmd.Flags().StringVar(&device, "device", "", "the device id to ask for (a token bound to an id wins); default the id enrolled before, or mqtt.device")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // applyEnrollment fills the mqtt.* keys the configuration leaves empty

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
@@ -22,8 +24,8 @@ import (
 
 // Exit codes of run and core.
 const (
-	exitFailure = 1 // any error
-	exitLocked  = 3 // another process runs this agent
+	exitFailure = exitcode.Failure // any error
+	exitLocked  = exitcode.Locked  // another process runs this agent
 )
 
 // runFlags are the flags of run and core: their own, and those of the
@@ -50,15 +52,16 @@ type coreHooks struct {
 	source                string // where the daemon resolved it (design.Resolved.Source)
 }
 
-func init() {
+func newRunCmd(g *globals) *cobra.Command {
 	var f runFlags
 	cmd := &cobra.Command{
 		Use:   "run --agent ID",
 		Short: "Run one agent in the foreground, without a daemon",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			warnDeprecatedEnv(cmd.Flags(), logger())
-			return runAgent(cmd.Context(), f)
+			log := g.logger()
+			warnDeprecatedEnv(cmd.Flags(), log)
+			return runAgent(cmd.Context(), f, log)
 		},
 	}
 	fl := cmd.Flags()
@@ -67,7 +70,7 @@ func init() {
 	fl.StringVar(&f.listen, "listen", envOr("OPENSTARRY_LISTEN", "127.0.0.1:7777"), "HTTP listen address; empty disables HTTP (env OPENSTARRY_LISTEN)")
 	bindKeyEnv(fl, &f.token, "http.token", "token", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // runKeys are the configuration keys an agent process takes as flags.
@@ -75,8 +78,8 @@ var runKeys = []string{"data", "store", "scrub_interval", "design", "mqtt"}
 
 // openStore opens the store named by url, or the default bbolt store under
 // dataDir.
-func openStore(ctx context.Context, url, dataDir string) (plugin.Storage, error) {
-	return host.OpenStore(ctx, url, dataDir, logger())
+func openStore(ctx context.Context, url, dataDir string, log zerolog.Logger) (plugin.Storage, error) {
+	return host.OpenStore(ctx, url, dataDir, log)
 }
 
 // lockedExit turns "another process runs this agent" into exit code 3.
@@ -88,9 +91,8 @@ func lockedExit(err error) error {
 }
 
 // runAgent checks the flags and hands the agent's life to host.Run.
-func runAgent(ctx context.Context, f runFlags) error {
+func runAgent(ctx context.Context, f runFlags, log zerolog.Logger) error {
 	survivePipeClose()
-	log := logger()
 	if f.agent == "" {
 		return errors.New("--agent is required")
 	}
@@ -121,7 +123,7 @@ func runAgent(ctx context.Context, f runFlags) error {
 			if f.hooks.digest != "" {
 				return design.LoadFrozen(nameOrFile, f.hooks.digest, f.hooks.source)
 			}
-			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data)
+			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data, log)
 		},
 		Config: cfg,
 		Listen: f.listen,

@@ -180,11 +180,11 @@ func table(w io.Writer, header string, rows func(tw io.Writer)) {
 	tw.Flush()
 }
 
-func init() {
+// newSessionCmds builds the project, session and approval commands.
+func newSessionCmds() []*cobra.Command {
 	project := &cobra.Command{Use: "project", Short: "Projects: plans of tasks the daemon runs across sessions"}
 	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
 	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
-	rootCmd.AddCommand(project, session_, approval)
 
 	showProject := func(v *session.ProjectView) func(io.Writer) {
 		return func(w io.Writer) { printProject(w, v) }
@@ -336,6 +336,7 @@ func init() {
 		cmd.Flags().StringVar(&feedback, "feedback", "", "what the person says (a revision needs it)")
 		cmd.Flags().StringVar(&by, "by", decider(), "who decides, recorded with the decision")
 	}
+	return []*cobra.Command{project, session_, approval}
 }
 
 // decider is who runs the command: USER (USERNAME on Windows) at the

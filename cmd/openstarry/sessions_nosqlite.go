@@ -12,13 +12,14 @@ import (
 // SQLite file): the project, session and approval commands are there, so
 // that whoever types one learns why it does nothing, and each of them,
 // with any subcommand or flag, fails naming the build.
-func init() {
+func newSessionCmds() []*cobra.Command {
+	var cmds []*cobra.Command
 	for _, c := range []struct{ use, short string }{
 		{"project", "Projects (not in this build: built with -tags nosqlite)"},
 		{"session", "Sessions of a project (not in this build: built with -tags nosqlite)"},
 		{"approval", "Human approvals (not in this build: built with -tags nosqlite)"},
 	} {
-		rootCmd.AddCommand(&cobra.Command{
+		cmds = append(cmds, &cobra.Command{
 			Use:                c.use,
 			Short:              c.short,
 			DisableFlagParsing: true,
@@ -27,4 +28,5 @@ func init() {
 			},
 		})
 	}
+	return cmds
 }

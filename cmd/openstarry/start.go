@@ -48,11 +48,13 @@ func (f *configFlags) load(cmd *cobra.Command) (*config.Config, error) {
 			return nil, err
 		}
 	}
-	if cmd.Flags().Changed("log-level") {
-		_ = cfg.Set("log.level", global.logLevel)
-	}
-	if cmd.Flags().Changed("log-format") {
-		_ = cfg.Set("log.format", global.logFormat)
+	// The global flags (the root's globals) win over the file; the
+	// file's, or their defaults, are then what the command logs with.
+	fl := cmd.Flags()
+	for _, k := range []struct{ flag, key string }{{"log-level", "log.level"}, {"log-format", "log.format"}} {
+		if f := fl.Lookup(k.flag); f != nil && f.Changed {
+			_ = cfg.Set(k.key, f.Value.String())
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		where := "configuration"
@@ -66,11 +68,15 @@ func (f *configFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		return nil, err
 	}
 	cfg.Data = abs
-	global.logLevel, global.logFormat = cfg.Log.Level, cfg.Log.Format
+	for flag, v := range map[string]string{"log-level": cfg.Log.Level, "log-format": cfg.Log.Format} {
+		if f := fl.Lookup(flag); f != nil {
+			_ = f.Value.Set(v)
+		}
+	}
 	return cfg, nil
 }
 
-func init() {
+func newStartCmd(g *globals) *cobra.Command {
 	var f configFlags
 	var check bool
 	cmd := &cobra.Command{
@@ -103,29 +109,27 @@ directory, 1 on any other error.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "configuration %s is valid\n", name)
 				return nil
 			}
-			if handled, err := updateBoot(cfg); handled {
+			if handled, err := updateBoot(cfg, g.logger()); handled {
 				return err
 			}
-			if bootFault != nil {
-				bootFault()
-			}
+			bootFault()
 			if !interactive() {
 				return runService(cfg)
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
-			return runDaemon(ctx, cfg, logger())
+			return runDaemon(ctx, cfg, g.logger())
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&check, "check", false, "load and check the configuration, then exit")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // runDaemon runs the daemon with its log, and its agents', on stderr in the
 // format of --log-format.
 func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) error {
-	return runDaemonTo(ctx, cfg, log, logx.Writer(os.Stderr, global.logFormat))
+	return runDaemonTo(ctx, cfg, log, logx.Writer(os.Stderr, cfg.Log.Format))
 }
 
 // runDaemonTo wires the concrete pieces into daemon.Run: the design layer
@@ -133,7 +137,7 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) erro
 // telemetry riding on its connection), and the web UI on the HTTP
 // listener. The agents' log lines go to childLog.
 func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, childLog io.Writer) error {
-	res, err := templateResolver(cfg.Design, cfg.Data)
+	res, err := templateResolver(cfg.Design, cfg.Data, log)
 	if err != nil {
 		return err
 	}

@@ -15,10 +15,6 @@ import (
 	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
-func init() {
-	rootCmd.AddCommand(newTemplatesCmd())
-}
-
 // templateValidator is the one place the CLI builds its template Validator:
 // the tool registry (every tool of plugins.go) names the known tools.
 func templateValidator() design.Validator {

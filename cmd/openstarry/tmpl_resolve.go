@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/rs/zerolog"
+
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/design"
 )
@@ -14,8 +16,7 @@ import (
 // directory: a remote design layer (with its cache under the data
 // directory), else the local template directory (default DATA/templates),
 // else the shipped templates.
-func templateResolver(d config.Design, dataDir string) (*design.Resolver, error) {
-	log := logger()
+func templateResolver(d config.Design, dataDir string, log zerolog.Logger) (*design.Resolver, error) {
 	v := templateValidator()
 	var fetcher *design.Fetcher
 	if d.URL != "" {
@@ -48,8 +49,8 @@ func templateResolver(d config.Design, dataDir string) (*design.Resolver, error)
 }
 
 // resolveTemplate finds and validates the blueprint an agent starts with.
-func resolveTemplate(ctx context.Context, d config.Design, nameOrFile, dataDir string) (*design.Resolved, error) {
-	r, err := templateResolver(d, dataDir)
+func resolveTemplate(ctx context.Context, d config.Design, nameOrFile, dataDir string, log zerolog.Logger) (*design.Resolved, error) {
+	r, err := templateResolver(d, dataDir, log)
 	if err != nil {
 		return nil, err
 	}

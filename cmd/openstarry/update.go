@@ -217,7 +217,7 @@ func (u *daemonUpdater) report(c paho.Client, prefix, device string) {
 	}
 }
 
-func init() {
+func newUpdateCmd(g *globals) *cobra.Command {
 	var f configFlags
 	var from string
 	var wait time.Duration
@@ -257,18 +257,17 @@ when refused or rolled back.`,
 			if err != nil {
 				return err
 			}
-			return runUpdate(cmd, cfg, from, wait, rollback)
+			return runUpdate(cmd, cfg, from, wait, rollback, g.logger())
 		},
 	}
 	f.bind(cmd)
 	cmd.Flags().StringVar(&from, "from", "", "the new binary: a file or an http(s):// URL, with SHA256SUMS and SHA256SUMS.sig beside it")
 	cmd.Flags().BoolVar(&rollback, "rollback", false, "install it even if it is older than the running version")
 	cmd.Flags().DurationVar(&wait, "wait", 0, "how long to wait for the outcome with a running daemon (default update.trial_timeout × update.max_boots + 1m)")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
-func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Duration, rollback bool) error {
-	log := logger()
+func runUpdate(cmd *cobra.Command, cfg *config.Config, from string, wait time.Duration, rollback bool, log zerolog.Logger) error {
 	m, err := newUpdateManager(cfg, log)
 	if err != nil {
 		return err

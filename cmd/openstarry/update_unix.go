@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/update"
 )
@@ -21,13 +23,12 @@ func selfUpdateSupported() error { return nil }
 // a new version on trial under the guard, or execs the version the last
 // update kept (DATA/bin/openstarry). handled means the daemon must not
 // boot in this process: the guard ran it, and err is how it ended.
-func updateBoot(cfg *config.Config) (handled bool, err error) {
+func updateBoot(cfg *config.Config, log zerolog.Logger) (handled bool, err error) {
 	updateRole = os.Getenv(update.EnvRole)
 	os.Unsetenv(update.EnvRole)
 	if updateRole == update.RoleTrial {
 		return false, nil
 	}
-	log := logger()
 	m, err := newUpdateManager(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("update: not checking for an installed update")

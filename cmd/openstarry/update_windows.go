@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/rs/zerolog"
+
 	"github.com/openstarry/openstarry-edge/core/config"
 )
 
@@ -11,7 +13,7 @@ var errNoSelfUpdate = errors.New("self-update is not supported on Windows yet: r
 
 func selfUpdateSupported() error { return errNoSelfUpdate }
 
-func updateBoot(*config.Config) (bool, error) { return false, nil }
+func updateBoot(*config.Config, zerolog.Logger) (bool, error) { return false, nil }
 
 func (u *daemonUpdater) restart() error { return errNoSelfUpdate }
 
