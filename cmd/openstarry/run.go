@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/wiring"
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
@@ -123,7 +124,7 @@ func runAgent(ctx context.Context, f runFlags, log zerolog.Logger) error {
 			if f.hooks.digest != "" {
 				return design.LoadFrozen(nameOrFile, f.hooks.digest, f.hooks.source)
 			}
-			return resolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data, log)
+			return wiring.ResolveTemplate(ctx, cfg.Design, nameOrFile, cfg.Data, log)
 		},
 		Config: cfg,
 		Listen: f.listen,

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/wiring"
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/logx"
 )
@@ -85,11 +86,13 @@ func (p *program) Stop(service.Service) error {
 }
 
 // runService runs the daemon under the service manager.
-func runService(cfg *config.Config) error {
+func runService(d wiring.Options) error {
+	cfg := d.Config
 	log, childLog, closeLog := serviceLog(cfg)
 	defer closeLog()
+	d.Log, d.ChildLog = log, childLog
 	prg := &program{
-		run: func(ctx context.Context) error { return runDaemonTo(ctx, cfg, log, childLog) },
+		run: func(ctx context.Context) error { return wiring.RunDaemon(ctx, d) },
 		// Agents stop one after the other; each may take stop_timeout.
 		deadline: cfg.Supervise.StopTimeout + 20*time.Second,
 		log:      log,
