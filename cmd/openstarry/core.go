@@ -4,13 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/design"
-	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
 // envParentPipe is set by the daemon: the child's stdin is a pipe whose
@@ -38,13 +36,10 @@ agent.`,
 			if !design.IsFile(f.template) {
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
-			f.daemonChild = true
+			f.daemonChild, f.digest, f.source = true, digest, source
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
-			m := metrics.NewAgent(nil)
-			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave, onScrub: m.ObserveScrub,
-				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest, source: source}
 			return runAgent(cmd.Context(), f, g.logger())
 		},
 	}

@@ -3,8 +3,10 @@
 // telemetry and the self-updater on its connection, the web UI and the
 // fleet view on the HTTP listener, and core/daemon's Run that drives them.
 // It is the one full wiring of the daemon: `openstarry start` and the
-// service run it, and so can a test, in its own process. The agent process
-// (`openstarry run`, `core`) takes its blueprint through the same resolver.
+// service run it, and so can a test, in its own process. RunAgent is the
+// wiring of one agent process (`openstarry run`, and `core`, the daemon's
+// child): host.Run with the HTTP API, its blueprint through the same
+// resolver.
 //
 // The concrete plugins (stores, brains, tools, the embedded broker) are
 // registered by the binary's blank imports; a program that runs the wiring
