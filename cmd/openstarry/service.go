@@ -270,9 +270,8 @@ func printServiceStatus(w io.Writer, s service.Service) error {
 }
 
 // stderrLog is the log of the daemon in the foreground and under systemd
-// (journald reads stderr).
-// cfg's log.* keys are the global flags' values once loaded
-// (configFlags.load).
+// (journald reads stderr), as cfg's log.* keys say (the global flags win
+// over the file: configFlags.load).
 func stderrLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
 	return logx.New(os.Stderr, logx.Options{Level: cfg.Log.Level, Format: cfg.Log.Format}), os.Stderr, func() {}
 }

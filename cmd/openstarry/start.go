@@ -61,6 +61,7 @@ func (f *configFlags) load(cmd *cobra.Command) (*config.Config, error) {
 		return nil, err
 	}
 	cfg.Data = abs
+	// From now on the command logs (globals.logger) as configured.
 	for flag, v := range map[string]string{"log-level": cfg.Log.Level, "log-format": cfg.Log.Format} {
 		if f := fl.Lookup(flag); f != nil {
 			_ = f.Value.Set(v)
