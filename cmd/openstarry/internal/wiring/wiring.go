@@ -52,6 +52,10 @@ type Options struct {
 	// Trial says this process is a new version on trial under the update
 	// guard (updater.Boot).
 	Trial bool
+	// Executable is the openstarry binary the agents run (`openstarry
+	// core`); empty, this process's own (a test that runs the daemon in
+	// its process names a built binary).
+	Executable string
 }
 
 // RunDaemon wires the concrete pieces into daemon.Run: the design layer
@@ -110,6 +114,7 @@ func RunDaemon(ctx context.Context, o Options) error {
 		Log:          log,
 		ChildLog:     childLog,
 		OnAgentState: mi.PublishState,
+		Executable:   o.Executable,
 		Web:          func(api http.Handler) http.Handler { return ui.Wrap(fleet.Web(fleetWebOptions(cfg, log), api)) },
 	})
 	if errors.Is(err, daemon.ErrRunning) {
