@@ -10,7 +10,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
-func init() {
+func newAgentCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "agent restart|stop ID",
 		Short: "Restart or stop one of the daemon's agents",
@@ -69,5 +69,5 @@ restored at the next boot.`},
 		f.bind(sub)
 		cmd.AddCommand(sub)
 	}
-	rootCmd.AddCommand(cmd)
+	return cmd
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/openstarry/openstarry-edge/transport/broker"
 )
 
-func init() {
+func newBrokerCmd() *cobra.Command {
 	brokerCmd := &cobra.Command{
 		Use:   "broker",
 		Short: "Tools for the embedded MQTT broker",
@@ -45,5 +45,5 @@ embedded broker's --broker-users file:
 		},
 	}
 	brokerCmd.AddCommand(hash)
-	rootCmd.AddCommand(brokerCmd)
+	return brokerCmd
 }

@@ -21,6 +21,7 @@ func TestCLIDocsEveryCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	documented := documentedCommands(string(raw))
+	rootCmd := newRootCmd()
 	rootCmd.InitDefaultCompletionCmd()
 	var missing []string
 	var walk func(c *cobra.Command)

@@ -4,20 +4,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/design"
-	"github.com/openstarry/openstarry-edge/core/metrics"
 )
 
 // envParentPipe is set by the daemon: the child's stdin is a pipe whose
 // end means the daemon is gone (or wants it to stop, on Windows).
 const envParentPipe = "OPENSTARRY_PARENT_PIPE"
 
-func init() {
+func newCoreCmd(g *globals) *cobra.Command {
 	var f runFlags
 	var digest, source string
 	cmd := &cobra.Command{
@@ -38,14 +36,11 @@ agent.`,
 			if !design.IsFile(f.template) {
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
-			f.daemonChild = true
+			f.daemonChild, f.digest, f.source = true, digest, source
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)
 			}
-			m := metrics.NewAgent(nil)
-			f.hooks = coreHooks{beforeSave: m.BeforeSave, afterSave: m.AfterSave, onScrub: m.ObserveScrub,
-				routes: map[string]http.Handler{"GET /metrics": m}, digest: digest, source: source}
-			return runAgent(cmd.Context(), f)
+			return runAgent(cmd.Context(), f, g.logger())
 		},
 	}
 	fl := cmd.Flags()
@@ -56,7 +51,7 @@ agent.`,
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:0", "HTTP listen address")
 	fl.StringVar(&f.token, "token", "", "bearer token required for HTTP requests from off loopback")
 	f.keys = bindKeys(fl, runKeys...)
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // watchParent stops the agent when its stdin ends: the daemon closed it or

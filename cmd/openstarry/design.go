@@ -19,16 +19,12 @@ import (
 	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
-func init() {
-	rootCmd.AddCommand(newDesignCmd())
-}
-
-func newDesignCmd() *cobra.Command {
+func newDesignCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "design",
 		Short: "The design layer: serve agent templates to a fleet",
 	}
-	cmd.AddCommand(newDesignServeCmd())
+	cmd.AddCommand(newDesignServeCmd(g))
 	return cmd
 }
 
@@ -42,7 +38,7 @@ type designServeFlags struct {
 	shutdown time.Duration
 }
 
-func newDesignServeCmd() *cobra.Command {
+func newDesignServeCmd(g *globals) *cobra.Command {
 	var f designServeFlags
 	cmd := &cobra.Command{
 		Use:   "serve --dir DIR [--listen ADDR]",
@@ -64,7 +60,7 @@ cached copy. SIGHUP reloads DIR; a reload that does not validate is refused
 and the old templates stay served.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runDesignServe(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), logger(), f)
+			return runDesignServe(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), g.logger(), f)
 		},
 	}
 	fl := cmd.Flags()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 )
@@ -23,7 +24,7 @@ func TestDesignServeRefusesInvalid(t *testing.T) {
 	broken := filepath.Join("..", "..", "core", "design", "testdata", "broken")
 	var out, errb bytes.Buffer
 	err := runDesignServe(context.Background(), &out, &errb, zerolog.Nop(), designServeFlags{dir: broken, listen: "127.0.0.1:0"})
-	if err == nil || err.(*exitError).code != 1 || !strings.Contains(err.Error(), "refusing to start: 23 errors in 10 templates") {
+	if err == nil || err.(*exitcode.Error).Code != 1 || !strings.Contains(err.Error(), "refusing to start: 23 errors in 10 templates") {
 		t.Fatalf("err = %v", err)
 	}
 	if n := strings.Count(errb.String(), "\n"); n != 23 {

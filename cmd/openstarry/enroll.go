@@ -6,11 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/transport/enroll"
 )
 
-func init() {
+func newEnrollCmd() *cobra.Command {
 	var f configFlags
 	var hubURL, token, device string
 	cmd := &cobra.Command{
@@ -65,24 +64,5 @@ it is on loopback.`,
 	cmd.Flags().StringVar(&hubURL, "hub", envOr("OPENSTARRY_HUB", ""), "the hub's enrolment URL, https://HOST[:PORT] (env OPENSTARRY_HUB)")
 	cmd.Flags().StringVar(&token, "token", envOr("OPENSTARRY_ENROLL_TOKEN", ""), "the one-time token from openstarry hub token (env OPENSTARRY_ENROLL_TOKEN)")
 	cmd.Flags().StringVar(&device, "device", "", "the device id to ask for (a token bound to an id wins); default the id enrolled before, or mqtt.device")
-	rootCmd.AddCommand(cmd)
-}
-
-// applyEnrollment fills the mqtt.* keys the configuration leaves empty
-// with the credentials openstarry enroll stored.
-func applyEnrollment(cfg *config.Config) error {
-	c, err := enroll.ReadCredentials(enroll.Dir(cfg.Data))
-	if err != nil || c == nil {
-		return err
-	}
-	if cfg.MQTT.Broker == "" {
-		cfg.MQTT.Broker = c.Broker
-	}
-	if cfg.MQTT.Device == "" {
-		cfg.MQTT.Device = c.Device
-	}
-	if cfg.MQTT.Username == "" {
-		cfg.MQTT.Username, cfg.MQTT.Password = c.Username, c.Password
-	}
-	return nil
+	return cmd
 }

@@ -42,7 +42,7 @@ func (f *fleetFlags) dial() mqtt.DialOptions {
 		Password: f.mqtt.password, CAFile: f.mqtt.ca, CertFile: f.mqtt.cert, KeyFile: f.mqtt.key, Timeout: f.timeout}
 }
 
-func init() {
+func newFleetCmd() *cobra.Command {
 	fleetCmd := &cobra.Command{Use: "fleet", Short: "Operate a fleet of devices through the hub", Args: cobra.NoArgs}
 
 	var cf fleetFlags
@@ -119,7 +119,7 @@ committed, 1 otherwise.`,
 	fl.StringSliceVar(&uf.devices, "devices", nil, "the devices, in order (default: every device online)")
 	fl.DurationVar(&uf.timeout, "timeout", 10*time.Minute, fmt.Sprintf("how long each device has to report its outcome (at most %s)", fleet.MaxLifetime))
 	fleetCmd.AddCommand(upd)
-	rootCmd.AddCommand(fleetCmd)
+	return fleetCmd
 }
 
 func fleetCommand(cmd *cobra.Command, f fleetFlags, name string) error {

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/httpx"
@@ -36,7 +37,7 @@ type hubFlags struct {
 	ttl          time.Duration
 }
 
-func init() {
+func newHubCmd(g *globals) *cobra.Command {
 	hub := &cobra.Command{Use: "hub", Short: "The operator's side of enrolment: one-time tokens, and the server devices enrol with", Args: cobra.NoArgs}
 	var f hubFlags
 	stateFlag := func(cmd *cobra.Command) {
@@ -81,7 +82,7 @@ OPENSTARRY_HUB_ADMIN_PASSWORD, never on the command line). Devices get
 --device-broker (default --broker) as their broker URL. Off loopback the
 listener needs --tls-cert and --tls-key: the answer carries a password.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return hubServe(cmd, f) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return hubServe(cmd, f, g.logger()) },
 	}
 	stateFlag(serve)
 	fl := serve.Flags()
@@ -121,7 +122,7 @@ OPENSTARRY_HUB_ADMIN_PASSWORD).`,
 	fl.StringVar(&of.ca, "mqtt-ca", "", "PEM CA of the broker's certificate (ssl:// or mqtts://)")
 	operator.AddCommand(add)
 	hub.AddCommand(operator)
-	rootCmd.AddCommand(hub)
+	return hub
 }
 
 func hubOperatorAdd(cmd *cobra.Command, f hubFlags, name string) error {
@@ -162,7 +163,7 @@ func hubOperatorAdd(cmd *cobra.Command, f hubFlags, name string) error {
 	return nil
 }
 
-func hubServe(cmd *cobra.Command, f hubFlags) error {
+func hubServe(cmd *cobra.Command, f hubFlags, log zerolog.Logger) error {
 	if err := mqtt.ValidatePrefix(f.prefix); err != nil {
 		return fmt.Errorf("--topic-prefix: %w", err)
 	}
@@ -180,7 +181,7 @@ func hubServe(cmd *cobra.Command, f hubFlags) error {
 	if err := os.MkdirAll(f.state, 0o700); err != nil {
 		return err
 	}
-	log := logger().With().Str("component", "hub").Logger()
+	log = log.With().Str("component", "hub").Logger()
 	dial := mqtt.DialOptions{Broker: f.broker, Username: f.adminUser, Password: os.Getenv("OPENSTARRY_HUB_ADMIN_PASSWORD"),
 		CAFile: f.ca, Timeout: 10 * time.Second}
 	h := &enroll.Hub{State: f.state, Broker: orDefault(f.deviceBroker, f.broker), TopicPrefix: f.prefix, Log: log,

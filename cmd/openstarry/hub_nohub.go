@@ -12,15 +12,15 @@ import (
 // hub` is the operator's side of enrolment and runs beside the fleet's
 // broker, not on a board. Devices keep `openstarry enroll`. The command is
 // there, so that whoever types it learns why it does nothing.
-func init() {
-	rootCmd.AddCommand(&cobra.Command{
+func newHubCmd(*globals) *cobra.Command {
+	return &cobra.Command{
 		Use:                "hub",
 		Short:              "The enrolment hub (not in this build: built with -tags nohub)",
 		DisableFlagParsing: true,
 		RunE: func(*cobra.Command, []string) error {
 			return plugin.NotCompiledIn("the enrolment hub", "nohub")
 		},
-	})
+	}
 }
 
 // hubCompiledIn is what version says of the enrolment hub.

@@ -13,7 +13,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/release"
 )
 
-func init() {
+func newVerifyReleaseCmd() *cobra.Command {
 	var keys []string
 	var cfgPath string
 	verify := &cobra.Command{
@@ -63,8 +63,10 @@ failure, listing each.`,
 	}
 	verify.Flags().StringArrayVar(&keys, "key", nil, "trusted public key (base64, or a .pub file); repeatable")
 	verify.Flags().StringVar(&cfgPath, "config", "", "configuration file whose design.trusted_keys are trusted too")
-	rootCmd.AddCommand(verify)
+	return verify
+}
 
+func newSignReleaseCmd() *cobra.Command {
 	var keyFile string
 	sign := &cobra.Command{
 		Use:   "sign-release --key FILE [DIR]",
@@ -97,5 +99,5 @@ verify-release --key PREFIX.pub DIR" checks the result.`,
 		},
 	}
 	sign.Flags().StringVar(&keyFile, "key", "", "private key file (PREFIX.key from templates keygen)")
-	rootCmd.AddCommand(sign)
+	return sign
 }

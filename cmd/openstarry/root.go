@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
 	"github.com/openstarry/openstarry-edge/core/logx"
 )
 
@@ -19,43 +20,21 @@ var (
 	date    = "unknown"
 )
 
-// exitError carries a process exit code through cobra.
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
-
 // exitCode wraps err so that the process exits with code.
-func exitCode(code int, err error) error { return &exitError{code: code, err: err} }
+func exitCode(code int, err error) error { return exitcode.New(code, err) }
 
-// globals are the flags every command has.
+// globals are the flags every command has, bound to the root command of
+// one tree (newRootCmd).
 type globals struct {
 	logLevel  string
 	logFormat string
 }
 
-var (
-	global  globals
-	rootCmd = &cobra.Command{
-		Use:           "openstarry",
-		Short:         "OpenStarry Edge: a crash-proof agent appliance",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-)
-
-func init() {
-	pf := rootCmd.PersistentFlags()
-	bindKeyString(pf, &global.logLevel, "log.level", "log level: trace, debug, info, warn, error")
-	bindKeyString(pf, &global.logFormat, "log.format", "log format: json or console; default console on a terminal")
-}
-
-// logger returns the process logger, writing to stderr.
-func logger() zerolog.Logger {
-	return logx.New(os.Stderr, logx.Options{Level: global.logLevel, Format: global.logFormat})
+// logger returns the process logger, writing to stderr, at the level and
+// in the format of the global flags (or, once a command loaded the
+// configuration, of its log.* keys: configFlags.load).
+func (g *globals) logger() zerolog.Logger {
+	return logx.New(os.Stderr, logx.Options{Level: g.logLevel, Format: g.logFormat})
 }
 
 func envOr(key, def string) string {
@@ -65,23 +44,56 @@ func envOr(key, def string) string {
 	return def
 }
 
-// rawArgs are the command line's arguments (execute's).
-var rawArgs []string
+// newRootCmd builds the whole command tree, fresh: the root with the global
+// flags, and every command with its own. Nothing of it is shared with
+// another tree, so a test may build and run as many as it likes.
+func newRootCmd() *cobra.Command {
+	g := &globals{}
+	root := &cobra.Command{
+		Use:           "openstarry",
+		Short:         "OpenStarry Edge: a crash-proof agent appliance",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	pf := root.PersistentFlags()
+	bindKeyString(pf, &g.logLevel, "log.level", "log level: trace, debug, info, warn, error")
+	bindKeyString(pf, &g.logFormat, "log.format", "log format: json or console; default console on a terminal")
+	root.AddCommand(
+		newStartCmd(g),
+		newRunCmd(g),
+		newCoreCmd(g),
+		newAgentCmd(),
+		newStatusCmd(),
+		newTaskCmd(),
+		newSnapshotCmd(g),
+		newTemplatesCmd(),
+		newDesignCmd(g),
+		newServiceCmd(),
+		newBrokerCmd(),
+		newEnrollCmd(),
+		newHubCmd(g),
+		newFleetCmd(),
+		newUpdateCmd(g),
+		newVerifyReleaseCmd(),
+		newSignReleaseCmd(),
+		newVersionCmd(),
+	)
+	root.AddCommand(newSessionCmds()...)
+	return root
+}
 
+// execute runs the command line args on a new command tree and returns the
+// process's exit code.
 func execute(args []string) int {
-	rawArgs = args
-	guardGroups(rootCmd)
-	rootCmd.SetArgs(args)
-	err := rootCmd.Execute()
+	root := newRootCmd()
+	guardGroups(root, args)
+	root.SetArgs(args)
+	err := root.Execute()
 	if err == nil {
 		return 0
 	}
 	fmt.Fprintf(os.Stderr, "openstarry: %v\n", err)
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 1
+	return exitcode.Of(err)
 }
 
 // guardGroups makes every command that only groups others (root, task,
@@ -90,10 +102,11 @@ func execute(args []string) int {
 // script would think it worked. An unknown subcommand is a usage error
 // (exit 2) naming the nearest subcommands; flags after it are not parsed by
 // the group, so "task sned --agent x" says the command is unknown, not the
-// flag. A group run with nothing prints its help, as before.
-func guardGroups(c *cobra.Command) {
+// flag. A group run with nothing prints its help, as before. raw is the
+// command line (execute's arguments).
+func guardGroups(c *cobra.Command, raw []string) {
 	for _, sub := range c.Commands() {
-		guardGroups(sub)
+		guardGroups(sub, raw)
 	}
 	if !c.HasSubCommands() || c.Run != nil || c.RunE != nil {
 		return
@@ -107,7 +120,7 @@ func guardGroups(c *cobra.Command) {
 	c.RunE = func(cmd *cobra.Command, args []string) error {
 		// The group ignored the flags it does not know (so that an
 		// unknown command is named first); alone, one is still an error.
-		for _, a := range rawArgs {
+		for _, a := range raw {
 			if name, ok := unknownFlag(cmd, a); ok {
 				return exitCode(2, fmt.Errorf("unknown flag %s for %q, which needs a command: %s", name, cmd.CommandPath(), commandNames(cmd)))
 			}

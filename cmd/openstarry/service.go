@@ -14,7 +14,10 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/wiring"
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/logx"
 )
 
 // serviceName is the name of the OS service (systemd unit, Windows service).
@@ -54,9 +57,9 @@ func (p *program) Start(service.Service) error {
 			// the service manager restarts it.
 			p.log.Error().Err(err).Msg("daemon ended")
 			code := 1
-			var ee *exitError
+			var ee *exitcode.Error
 			if errors.As(err, &ee) {
-				code = ee.code
+				code = ee.Code
 			}
 			os.Exit(code)
 		}
@@ -83,11 +86,13 @@ func (p *program) Stop(service.Service) error {
 }
 
 // runService runs the daemon under the service manager.
-func runService(cfg *config.Config) error {
+func runService(d wiring.Options) error {
+	cfg := d.Config
 	log, childLog, closeLog := serviceLog(cfg)
 	defer closeLog()
+	d.Log, d.ChildLog = log, childLog
 	prg := &program{
-		run: func(ctx context.Context) error { return runDaemonTo(ctx, cfg, log, childLog) },
+		run: func(ctx context.Context) error { return wiring.RunDaemon(ctx, d) },
 		// Agents stop one after the other; each may take stop_timeout.
 		deadline: cfg.Supervise.StopTimeout + 20*time.Second,
 		log:      log,
@@ -126,7 +131,7 @@ type serviceFlags struct {
 	init   string
 }
 
-func init() {
+func newServiceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "service install|uninstall|start|stop|status",
 		Short: "Install and control the OS service (systemd, SysV, Windows) that runs `openstarry start`",
@@ -239,7 +244,7 @@ LocalSystem unless --user is given, restarting on failure.`,
 			return printServiceStatus(cmd.OutOrStdout(), s)
 		},
 	})
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 func printServiceStatus(w io.Writer, s service.Service) error {
@@ -265,7 +270,8 @@ func printServiceStatus(w io.Writer, s service.Service) error {
 }
 
 // stderrLog is the log of the daemon in the foreground and under systemd
-// (journald reads stderr).
-func stderrLog() (zerolog.Logger, io.Writer, func()) {
-	return logger(), os.Stderr, func() {}
+// (journald reads stderr), as cfg's log.* keys say (the global flags win
+// over the file: configFlags.load).
+func stderrLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
+	return logx.New(os.Stderr, logx.Options{Level: cfg.Log.Level, Format: cfg.Log.Format}), os.Stderr, func() {}
 }

@@ -138,7 +138,7 @@ func removeServiceLinks() error {
 }
 
 // serviceLog: under systemd the journal reads stderr.
-func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }
+func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog(cfg) }
 
 // systemdUnitPath is where kardianos/service writes the unit (as root).
 const systemdUnitPath = "/etc/systemd/system/" + serviceName + ".service"

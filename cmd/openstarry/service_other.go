@@ -25,4 +25,4 @@ func serviceStatus(s service.Service) (service.Status, error) { return s.Status(
 
 func removeServiceLinks() error { return nil }
 
-func serviceLog(*config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog() }
+func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) { return stderrLog(cfg) }

@@ -52,11 +52,11 @@ func prepareServiceData(data, _ string) error { return os.MkdirAll(data, privfs.
 func serviceLog(cfg *config.Config) (zerolog.Logger, io.Writer, func()) {
 	dir := filepath.Join(cfg.Data, "logs")
 	if err := privfs.MkdirAll(dir); err != nil {
-		return stderrLog()
+		return stderrLog(cfg)
 	}
 	f := &logx.RotatingFile{Path: filepath.Join(dir, "openstarry.log"), MaxBytes: 10 << 20, Keep: 3}
 	if _, err := f.Write(nil); err != nil {
-		return stderrLog()
+		return stderrLog(cfg)
 	}
 	w := &lockedWriter{w: f}
 	return logx.New(w, logx.Options{Level: cfg.Log.Level, Format: "json"}), w, func() { f.Close() }

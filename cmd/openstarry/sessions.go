@@ -16,11 +16,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/core/session"
-	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
 
 // The project, session and approval commands talk to the daemon's HTTP API
@@ -35,8 +33,9 @@ import (
 // plugins_sqlite.go); the error says why there is none.
 func sessionStore() (session.StoreOpener, error) { return session.LookupStore("sqlite") }
 
-// refuseWithoutStore makes each command, with any subcommand, argument or
-// flag, fail naming the build, in a build without a session store.
+// refuseWithoutStore makes each of the top-level commands cmds, with any
+// subcommand, argument or flag, fail naming the build, in a build without
+// a session store.
 func refuseWithoutStore(cmds ...*cobra.Command) {
 	if _, err := sessionStore(); err == nil {
 		return
@@ -46,24 +45,23 @@ func refuseWithoutStore(cmds ...*cobra.Command) {
 		why = "built with -tags " + tag
 	}
 	for _, c := range cmds {
-		if c.HasParent() && c.Parent() == rootCmd {
-			c.Short = strings.SplitN(c.Short, ":", 2)[0] + " (not in this build: " + why + ")"
-		}
+		c.Short = strings.SplitN(c.Short, ":", 2)[0] + " (not in this build: " + why + ")"
+	}
+	refuse(cmds...)
+}
+
+// refuse makes each command and its subcommands fail with why there is
+// no session store.
+func refuse(cmds ...*cobra.Command) {
+	for _, c := range cmds {
 		c.DisableFlagParsing = true
 		c.Args = nil
 		c.RunE = func(*cobra.Command, []string) error {
 			_, err := sessionStore()
 			return err
 		}
-		refuseWithoutStore(c.Commands()...)
+		refuse(c.Commands()...)
 	}
-}
-
-// daemonSessions hands the daemon session continuity: the store and the
-// session API (transport/sessionapi), or why there is none.
-func daemonSessions() daemon.Sessions {
-	open, missing := sessionStore()
-	return daemon.Sessions{Store: open, Missing: missing, Routes: sessionapi.Routes}
 }
 
 type apiFlags struct {
@@ -219,11 +217,11 @@ func table(w io.Writer, header string, rows func(tw io.Writer)) {
 	tw.Flush()
 }
 
-func init() {
+// newSessionCmds builds the project, session and approval commands.
+func newSessionCmds() []*cobra.Command {
 	project := &cobra.Command{Use: "project", Short: "Projects: plans of tasks the daemon runs across sessions"}
 	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
 	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
-	rootCmd.AddCommand(project, session_, approval)
 	// Added last, so that they cover the subcommands below.
 	defer refuseWithoutStore(project, session_, approval)
 
@@ -377,6 +375,7 @@ func init() {
 		cmd.Flags().StringVar(&feedback, "feedback", "", "what the person says (a revision needs it)")
 		cmd.Flags().StringVar(&by, "by", decider(), "who decides, recorded with the decision")
 	}
+	return []*cobra.Command{project, session_, approval}
 }
 
 // decider is who runs the command: USER (USERNAME on Windows) at the

@@ -16,18 +16,15 @@ import (
 	"github.com/openstarry/openstarry-edge/storage/migrate"
 )
 
-var snapshotCmd = &cobra.Command{
-	Use:   "snapshot",
-	Short: "Read, move or delete stored snapshots as the contract JSON",
-}
-
 type snapshotFlags struct {
 	agent string
 	data  string
 	store string
+	g     *globals
 }
 
-func (f *snapshotFlags) bind(cmd *cobra.Command) {
+func (f *snapshotFlags) bind(cmd *cobra.Command, g *globals) {
+	f.g = g
 	fl := cmd.Flags()
 	fl.StringVar(&f.agent, "agent", "", "agent id")
 	bindKeyString(fl, &f.data, "data", "data directory")
@@ -39,14 +36,18 @@ func (f *snapshotFlags) open(ctx context.Context) (plugin.Storage, error) {
 	if err := agent.ValidateID(f.agent); err != nil {
 		return nil, fmt.Errorf("--agent: %w", err)
 	}
-	st, err := openStore(ctx, f.store, f.data)
+	st, err := openStore(ctx, f.store, f.data, f.g.logger())
 	if err != nil {
 		return nil, err
 	}
 	return st, nil
 }
 
-func init() {
+func newSnapshotCmd(g *globals) *cobra.Command {
+	snapshotCmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Read, move or delete stored snapshots as the contract JSON",
+	}
 	var show snapshotFlags
 	showCmd := &cobra.Command{
 		Use:   "show --agent ID",
@@ -60,7 +61,7 @@ func init() {
 			return printSnapshot(s)
 		},
 	}
-	show.bind(showCmd)
+	show.bind(showCmd, g)
 
 	var export snapshotFlags
 	var exportOut string
@@ -87,7 +88,7 @@ func init() {
 			return nil
 		},
 	}
-	export.bind(exportCmd)
+	export.bind(exportCmd, g)
 	exportCmd.Flags().StringVar(&exportOut, "out", "", "output file; default stdout")
 
 	var imp snapshotFlags
@@ -135,7 +136,7 @@ func init() {
 			return nil
 		},
 	}
-	imp.bind(importCmd)
+	imp.bind(importCmd, g)
 	importCmd.Flags().StringVar(&impIn, "in", "", "input file; default stdin")
 	importCmd.Flags().BoolVar(&impForce, "force", false, "replace an existing snapshot")
 
@@ -164,7 +165,7 @@ func init() {
 			return nil
 		},
 	}
-	del.bind(deleteCmd)
+	del.bind(deleteCmd, g)
 
 	var from, to, data string
 	migrateCmd := &cobra.Command{
@@ -173,17 +174,18 @@ func init() {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			src, err := openStore(ctx, from, data)
+			log := g.logger()
+			src, err := openStore(ctx, from, data, log)
 			if err != nil {
 				return err
 			}
 			defer src.Close()
-			dst, err := openStore(ctx, to, data)
+			dst, err := openStore(ctx, to, data, log)
 			if err != nil {
 				return err
 			}
 			defer dst.Close()
-			rep, err := migrate.Migrate(ctx, src, dst, logger())
+			rep, err := migrate.Migrate(ctx, src, dst, log)
 			if err != nil {
 				return lockedExit(err)
 			}
@@ -200,7 +202,7 @@ func init() {
 	_ = migrateCmd.MarkFlagRequired("to")
 
 	snapshotCmd.AddCommand(showCmd, exportCmd, importCmd, deleteCmd, migrateCmd)
-	rootCmd.AddCommand(snapshotCmd)
+	return snapshotCmd
 }
 
 // load opens the store and loads the agent's snapshot, with the errors an

@@ -14,7 +14,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
-func init() {
+func newStatusCmd() *cobra.Command {
 	var f configFlags
 	var asJSON bool
 	cmd := &cobra.Command{
@@ -49,7 +49,7 @@ JSON with --json. Exit status 1 when no daemon runs there.`,
 	}
 	f.bind(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // printStatus writes the daemon line, the boot phases and the agents table.

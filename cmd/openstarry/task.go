@@ -31,7 +31,7 @@ type taskSendFlags struct {
 	republish time.Duration
 }
 
-func init() {
+func newTaskCmd() *cobra.Command {
 	taskCmd := &cobra.Command{
 		Use:   "task",
 		Short: "Send tasks to agents over MQTT",
@@ -70,7 +70,7 @@ Without --wait, the command returns once a device claimed the task.`,
 	fl.DurationVar(&f.timeout, "timeout", 30*time.Second, "how long to wait for the connection and, with --wait, the result (with --fleet: for a device's claim)")
 	fl.DurationVar(&f.republish, "republish", mqtt.DefaultRepublish, "with --fleet: publish the task again after this long without a device's claim (0: never)")
 	taskCmd.AddCommand(send)
-	rootCmd.AddCommand(taskCmd)
+	return taskCmd
 }
 
 func taskSend(cmd *cobra.Command, f taskSendFlags) error {

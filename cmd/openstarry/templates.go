@@ -11,25 +11,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/wiring"
 	"github.com/openstarry/openstarry-edge/core/design"
-	"github.com/openstarry/openstarry-edge/core/tool"
 )
 
-func init() {
-	rootCmd.AddCommand(newTemplatesCmd())
-}
-
-// templateValidator is the one place the CLI builds its template Validator:
-// the tool registry (every tool of plugins.go) names the known tools.
-func templateValidator() design.Validator {
-	return design.Validator{KnownTool: tool.Known, ToolDefinition: func(name string) (design.ModelTool, bool) {
-		t, err := tool.Lookup(name)
-		if err != nil {
-			return design.ModelTool{}, false
-		}
-		return design.ModelTool{Name: t.Name, Description: t.Description, Parameters: t.Parameters}, true
-	}}
-}
+// templateValidator is the binary's template Validator (the wiring's: the
+// tool registry names the known tools).
+func templateValidator() design.Validator { return wiring.TemplateValidator() }
 
 func newTemplatesCmd() *cobra.Command {
 	cmd := &cobra.Command{

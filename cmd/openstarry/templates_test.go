@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/openstarry/openstarry-edge/cmd/openstarry/internal/exitcode"
 )
 
 // runCmd executes a fresh command tree and returns stdout, stderr and the
@@ -24,9 +26,9 @@ func runCmd(t *testing.T, cmd *cobra.Command, args ...string) (stdout, stderr st
 	err := cmd.Execute()
 	if err != nil {
 		code = 1
-		var ee *exitError
+		var ee *exitcode.Error
 		if errors.As(err, &ee) {
-			code = ee.code
+			code = ee.Code
 		}
 		errb.WriteString(err.Error() + "\n")
 	}

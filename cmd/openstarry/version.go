@@ -17,7 +17,7 @@ import (
 	"github.com/openstarry/openstarry-edge/core/update"
 )
 
-func init() {
+func newVersionCmd() *cobra.Command {
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "version [--json]",
@@ -38,17 +38,15 @@ schema_version of the snapshots this build writes) and snapshot_schema_read
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (what openstarry update reads from a candidate)")
-	rootCmd.AddCommand(cmd)
+	return cmd
 }
 
 // selfInfo is this binary as `version --json` describes it.
 func selfInfo() update.Info {
 	in := update.Info{Version: version, Commit: commit, Date: date, GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
 		GOARM: readBuildInfo().goarm, SnapshotSchema: agent.SchemaVersion, SnapshotSchemaRead: agent.SchemaVersion}
-	if faultSchema != nil {
-		in.SnapshotSchema = faultSchema(in.SnapshotSchema)
-		in.SnapshotSchemaRead = faultSchema(in.SnapshotSchemaRead)
-	}
+	in.SnapshotSchema = faultSchema(in.SnapshotSchema)
+	in.SnapshotSchemaRead = faultSchema(in.SnapshotSchemaRead)
 	return in
 }
 
