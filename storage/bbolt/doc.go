@@ -33,7 +33,7 @@
 // # Layout
 //
 //	{dir}/{agent_id}/state.db       one bbolt file per agent (directories 0700, files 0600, whatever the umask)
-//	{dir}/{agent_id}/state.journal  the Saves not folded into state.db yet (journal.go), 128 KiB
+//	{dir}/{agent_id}/state.journal  the Saves not folded into state.db yet (journal.go), 256 KiB
 //	{dir}/{agent_id}/state.db.damaged-{time}  a damaged state.db a salvage kept (salvage.go)
 //
 // The two files are one store: a copy or a backup of an agent takes both
@@ -66,7 +66,7 @@
 // otherwise relies on the kernel's promise never to change an element once
 // appended. Those changes, as puts and deletes, are the journal record of the
 // Save: one fdatasync and, for an echo task, one or two 4 KiB pages of the
-// journal. Every eighty Saves or so the journal is full and its Saves are
+// journal. Every 170 Saves or so the journal is full and its Saves are
 // committed to bbolt at once (bbolt's two fdatasyncs, and each page they
 // changed written once); bench_test.go measures it.
 //
