@@ -96,8 +96,8 @@
 // lost, and only that. A file with nothing left to load is refused and left
 // as it was. Load refuses a file whose generation mark names records that
 // are not there; when only the newest record is missing it loads the kept
-// one with a warning. Opening and refusing write nothing. Any panic while
-// opening or reading is damage.
+// one with a warning. Opening an undamaged file, and refusing one, write
+// nothing. Any panic while opening or reading is damage.
 //
 // # Task index
 //

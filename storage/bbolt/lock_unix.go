@@ -9,6 +9,10 @@ import (
 	"time"
 )
 
+// renameNeedsClose: a file must be closed before another is renamed over
+// it.
+const renameNeedsClose = false
+
 // errLockBusy: another process holds the file's lock.
 var errLockBusy = errors.New("the file is locked by another process")
 

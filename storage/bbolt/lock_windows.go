@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/windows"
 )
 
+// renameNeedsClose: a file must be closed before another is renamed over
+// it.
+const renameNeedsClose = true
+
 // errLockBusy: another process holds the file's lock.
 var errLockBusy = errors.New("the file is locked by another process")
 

@@ -248,7 +248,12 @@ func (s *Store) salvage(a *agentStore, why error) (err error) {
 		}
 		return err
 	}
-	defer unlock()
+	locked := true
+	defer func() {
+		if locked {
+			unlock()
+		}
+	}()
 	defer catchDamage(a.path, &err)()
 	sv, err := salvageFile(a.path)
 	if err != nil {
@@ -406,6 +411,11 @@ func (s *Store) salvage(a *agentStore, why error) (err error) {
 		if !errors.Is(err, fs.ErrExist) || i > 100 {
 			return fmt.Errorf("keeping the damaged %s: %w", a.path, err)
 		}
+	}
+	if renameNeedsClose {
+		// Windows does not replace a file that is open.
+		unlock()
+		locked = false
 	}
 	if err := os.Rename(name, a.path); err != nil {
 		_ = os.Remove(kept)
