@@ -92,7 +92,9 @@ func salvageFile(path string) (*salvager, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &salvager{buf: buf, live: map[uint64]bool{}, vals: map[string]sval{}, ps: 4096}
+	// Without a meta page that checks, the page size bbolt creates files
+	// with: the system's.
+	s := &salvager{buf: buf, live: map[uint64]bool{}, vals: map[string]sval{}, ps: os.Getpagesize()}
 	var metas []bmeta
 	for _, off := range []int{0, 1024, 2048, 4096, 8192, 16384, 32768, 65536} {
 		if off+pageHeaderSize+metaLen+8 > len(buf) {
