@@ -173,6 +173,54 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	s, err := openDB(ctx, abs, o)
+	if err == nil {
+		s.keepPage1(ctx)
+		return s, nil
+	}
+	if !errors.Is(err, plugin.ErrCorrupt) {
+		return nil, err
+	}
+	// The first page is damaged: rewritten from its copy (header.go), by
+	// one process at a time.
+	unlock, lerr := lockPath(page1Path(abs) + ".lock")
+	if lerr != nil {
+		return nil, err
+	}
+	defer unlock()
+	if s, err2 := openDB(ctx, abs, o); err2 == nil {
+		return s, nil // another process repaired it
+	}
+	kept, rerr := restorePage1(abs)
+	if kept == "" {
+		if rerr != nil {
+			o.Logger.Error().Str("path", abs).Err(rerr).Msg("sqlite: could not rewrite the database's damaged first page from its copy")
+		}
+		return nil, err
+	}
+	var s2 *Store
+	if rerr == nil {
+		if s2, rerr = openDB(ctx, abs, o); rerr == nil {
+			if rerr = s2.checkRestored(ctx); rerr != nil {
+				s2.db.Close()
+			}
+		}
+	}
+	if rerr != nil {
+		if perr := os.Rename(kept, abs); perr != nil {
+			rerr = fmt.Errorf("%v; putting the damaged file back: %v", rerr, perr)
+		}
+		o.Logger.Error().Str("path", abs).Err(rerr).Msg("sqlite: the database's damaged first page could not be rewritten from its copy; the database is left as it was")
+		return nil, err
+	}
+	o.Logger.Error().Str("path", abs).Str("kept", kept).AnErr("damage", err).
+		Msgf("sqlite: the database's first page (its header and schema) was damaged: rewritten from the copy kept in %s and checked; the damaged file is kept as %s",
+			page1Path(abs), filepath.Base(kept))
+	return s2, nil
+}
+
+// openDB opens the database at abs and migrates its schema.
+func openDB(ctx context.Context, abs string, o Options) (*Store, error) {
 	db, tightened, err := sqlitedb.Open(abs, dbOptions)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
