@@ -76,7 +76,8 @@
 // replayed results are indexed again. After the commit, the results it
 // indexed are also appended to a side record beside the generation mark
 // (results.go): when a damaged write-ahead log made SQLite drop commits,
-// Load puts their results back into the index.
+// Load puts their results back into the index. Open keeps a copy of the
+// database's first page (header.go) and writes it over a damaged one.
 //
 // # Processes
 //

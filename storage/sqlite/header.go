@@ -54,10 +54,19 @@ func (s *Store) keepPage1(ctx context.Context) {
 	}
 	b := append([]byte(page1Magic), binary.BigEndian.AppendUint32(nil, crc32.Checksum(page, markTable))...)
 	b = append(b, page...)
-	tmp := path + ".new"
-	err := os.WriteFile(tmp, b, 0o600)
+	// A name of its own: every process of the daemon opens the database.
+	f, err := os.CreateTemp(filepath.Dir(path), ".page1.new-*")
 	if err == nil {
-		err = os.Rename(tmp, path)
+		_, err = f.Write(b)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(f.Name(), path)
+		}
+		if err != nil {
+			os.Remove(f.Name())
+		}
 	}
 	if err != nil {
 		s.log.Warn().Str("path", path).Err(err).Msg("sqlite: could not keep the copy of the database's first page")
