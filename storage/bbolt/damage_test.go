@@ -76,13 +76,66 @@ func patch(t *testing.T, path string, fn func(b []byte) []byte) {
 	}
 }
 
+// mustSalvage checks that loading id from the damaged file at path
+// rebuilds it (salvage.go): the load succeeds at tick want (0: any tick),
+// an error line says so, the damaged file is kept byte for byte beside the
+// new one, every result in tasks is served, and the agent goes on: a Save
+// and a restart load it. It returns the snapshot loaded.
+func mustSalvage(t *testing.T, dir, id, path string, want uint64, tasks []string) *agent.Snapshot {
+	t.Helper()
+	before := fileSum(t, path)
+	var logs storagetest.LogBuffer
+	s, err := Open(dir, Options{Logger: zerolog.New(zerolog.MultiLevelWriter(&logs, zerolog.NewTestWriter(t)))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	snap, err := s.Load(ctx, id)
+	if err != nil || snap == nil {
+		t.Fatalf("Load = %v, %v; want the agent salvaged", snap != nil, err)
+	}
+	if want != 0 && snap.TickIndex != want {
+		t.Fatalf("Load = tick %d; want %d", snap.TickIndex, want)
+	}
+	if len(logs.Lines("error", "state.db is damaged: rebuilt from the values its readable pages hold")) != 1 {
+		t.Fatalf("no error line about the salvage:\n%s", &logs)
+	}
+	kept, _ := filepath.Glob(filepath.Join(filepath.Dir(path), damagedPrefix+"*"))
+	if len(kept) != 1 || fileSum(t, kept[0]) != before {
+		t.Fatalf("the damaged file is not kept as it was: %v", kept)
+	}
+	for _, task := range tasks {
+		if r, err := s.TaskResult(ctx, id, task); err != nil || r.TaskID != task {
+			t.Errorf("task %s: %v, %v", task, r, err)
+		}
+	}
+	next := snap.Clone()
+	next.TickIndex++
+	mustSave(t, s, next)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkLoad(t, mustOpen(t, dir, Options{}), next)
+	return snap
+}
+
+// taskIDs returns the task ids of the results in saved.
+func taskIDs(saved []*agent.Snapshot) []string {
+	var ids []string
+	for _, r := range saved[len(saved)-1].Outbox {
+		ids = append(ids, r.TaskID)
+	}
+	return ids
+}
+
 // TestDamagedBucketName: one bit flipped in the name of the snapshot bucket
-// used to read as a new agent, over a task index that still knew its tasks.
+// used to read as a new agent, over a task index that still knew its tasks;
+// then it was refused. The values are all there: the file is salvaged.
 func TestDamagedBucketName(t *testing.T) {
 	for _, name := range []string{"snapshot", "tasks", "mark"} {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
-			path, _ := damagedStore(t, dir, "flip", 4)
+			path, saved := damagedStore(t, dir, "flip", 4)
 			patch(t, path, func(b []byte) []byte {
 				// Every copy of the name: the live root page's, and those
 				// of older root pages, free now.
@@ -96,7 +149,7 @@ func TestDamagedBucketName(t *testing.T) {
 				}
 				return b
 			})
-			mustRefuse(t, dir, "flip", path)
+			mustSalvage(t, dir, "flip", path, saved[3].TickIndex, taskIDs(saved))
 		})
 	}
 }
@@ -135,35 +188,42 @@ func TestMissingRecordIsNotNew(t *testing.T) {
 
 // TestDamagedFirstMeta: after a single Save, the meta page of that commit
 // damaged leaves bbolt the meta page of the empty file it created: that
-// used to read as a new agent.
+// used to read as a new agent, then was refused. The pages of the commit
+// are intact: the file is salvaged.
 func TestDamagedFirstMeta(t *testing.T) {
 	dir := t.TempDir()
-	path, _ := damagedStore(t, dir, "meta", 1)
+	path, saved := damagedStore(t, dir, "meta", 1)
 	patch(t, path, func(b []byte) []byte {
 		b[pageHeaderSize+48] ^= 0x10 // page 0 holds txid 2, the first commit
 		return b
 	})
-	mustRefuse(t, dir, "meta", path)
+	mustSalvage(t, dir, "meta", path, saved[0].TickIndex, taskIDs(saved))
 }
 
 // TestTruncatedAndZeroed: a file cut short made bbolt fault on its mapping
 // (SIGBUS, the process died), a zeroed page made it fail an assertion in a
-// goroutine (the process died). Both are refused cleanly now.
+// goroutine (the process died); then both were refused cleanly. Now the
+// file is salvaged: what the lost pages held is lost, the rest is served.
+// A file with no generation record left is still refused, unchanged.
 func TestTruncatedAndZeroed(t *testing.T) {
 	var ps, root, snapRoot, used int
+	const n = 300
 	cases := []struct {
 		name string
 		fn   func(b []byte) []byte
+		// want: the tick loaded (0: an older one), or refuse.
+		want   uint64
+		refuse bool
 	}{
-		{"truncated", func(b []byte) []byte { return b[:used*3/4] }},
-		{"last used page cut", func(b []byte) []byte { return b[:used-ps] }},
-		{"cut to one page", func(b []byte) []byte { return b[:4096] }},
-		{"empty", func(b []byte) []byte { return b[:0] }},
-		{"zeroed root page", func(b []byte) []byte { clear(b[root*ps : (root+1)*ps]); return b }},
-		{"zeroed snapshot page", func(b []byte) []byte { clear(b[snapRoot*ps : (snapRoot+1)*ps]); return b }},
-		{"both meta pages", func(b []byte) []byte { b[40] ^= 1; b[ps+40] ^= 1; return b }},
+		{name: "truncated", fn: func(b []byte) []byte { return b[:used*3/4] }},
+		{name: "last used page cut", fn: func(b []byte) []byte { return b[:used-ps] }},
+		{name: "cut to one page", fn: func(b []byte) []byte { return b[:4096] }, refuse: true},
+		{name: "empty", fn: func(b []byte) []byte { return b[:0] }, refuse: true},
+		{name: "zeroed root page", fn: func(b []byte) []byte { clear(b[root*ps : (root+1)*ps]); return b }, want: n},
+		{name: "zeroed snapshot page", fn: func(b []byte) []byte { clear(b[snapRoot*ps : (snapRoot+1)*ps]); return b }},
+		{name: "both meta pages", fn: func(b []byte) []byte { b[40] ^= 1; b[ps+40] ^= 1; return b }, want: n},
 	}
-	orig, _ := damagedStore(t, t.TempDir(), "cut", 300)
+	orig, saved := damagedStore(t, t.TempDir(), "cut", n)
 	content, err := os.ReadFile(orig)
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +259,15 @@ func TestTruncatedAndZeroed(t *testing.T) {
 			})
 			db.Close()
 			patch(t, path, tc.fn)
-			mustRefuse(t, dir, "cut", path)
+			if tc.refuse {
+				mustRefuse(t, dir, "cut", path)
+				return
+			}
+			var tasks []string
+			if tc.want == n {
+				tasks = taskIDs(saved) // no page that held one was hit
+			}
+			mustSalvage(t, dir, "cut", path, tc.want, tasks)
 		})
 	}
 }

@@ -33,7 +33,8 @@
 // # Layout
 //
 //	{dir}/{agent_id}/state.db       one bbolt file per agent (directories 0700, files 0600, whatever the umask)
-//	{dir}/{agent_id}/state.journal  the Saves not folded into state.db yet (journal.go), 128 KiB
+//	{dir}/{agent_id}/state.journal  the Saves not folded into state.db yet (journal.go), 256 KiB
+//	{dir}/{agent_id}/state.db.damaged-{time}  a damaged state.db a salvage kept (salvage.go)
 //
 // The two files are one store: a copy or a backup of an agent takes both
 // (or the agent stopped, whose last Close folded its journal).
@@ -65,7 +66,7 @@
 // otherwise relies on the kernel's promise never to change an element once
 // appended. Those changes, as puts and deletes, are the journal record of the
 // Save: one fdatasync and, for an echo task, one or two 4 KiB pages of the
-// journal. Every eighty Saves or so the journal is full and its Saves are
+// journal. Every 170 Saves or so the journal is full and its Saves are
 // committed to bbolt at once (bbolt's two fdatasyncs, and each page they
 // changed written once); bench_test.go measures it.
 //
@@ -83,15 +84,20 @@
 // (bbolt initialises it under a temporary name, then a hard link names it),
 // so an empty or cut-short state.db is damage. Before bbolt maps a file,
 // verify.go reads its two meta pages and every page reachable from the one
-// bbolt will use, and refuses a file whose pages lie past its end or do not
-// hold together: bbolt would fault on its mapping (SIGBUS, not recoverable)
-// or fail an assertion in a goroutine of its own. bbolt's tx.Check runs
-// next. Both cost one read of the pages in use per process (BenchmarkOpen).
-// Then Load refuses a file with a bucket it does not know (a damaged name),
-// without the snapshot bucket though transactions were committed, or whose
-// generation mark names records that are not there; when only the newest
-// record is missing it loads the kept one with a warning. Opening and
-// refusing write nothing. Any panic while opening or reading is a refusal.
+// bbolt will use, and stops at a file whose pages lie past its end or do
+// not hold together: bbolt would fault on its mapping (SIGBUS, not
+// recoverable) or fail an assertion in a goroutine of its own. bbolt's
+// tx.Check runs next. Both cost one read of the pages in use per process
+// (BenchmarkOpen). Load also stops at a file with a bucket it does not know
+// (a damaged name), or without the snapshot bucket, the mark or the task
+// index though it saved them. Such a file is salvaged (salvage.go): rebuilt
+// from the values its readable pages hold, every one checked by its frame,
+// the damaged file kept beside the new one; what the damaged pages held is
+// lost, and only that. A file with nothing left to load is refused and left
+// as it was. Load refuses a file whose generation mark names records that
+// are not there; when only the newest record is missing it loads the kept
+// one with a warning. Opening an undamaged file, and refusing one, write
+// nothing. Any panic while opening or reading is damage.
 //
 // # Task index
 //

@@ -23,8 +23,10 @@ const maxScrubLines = 8
 //   - state.db, as checkFile reads it before bbolt maps it (meta pages,
 //     every page reachable, in place and in order), and the frame of every
 //     value (its CRC-32C over key and value). Pages bbolt has mapped and in
-//     memory are read from the page cache; the others from the disk. No good
-//     copy of them exists: the damage is reported.
+//     memory are read from the page cache; the others from the disk. On
+//     damage the file is salvaged at once (salvage.go), and the agent's next
+//     Save writes its snapshot whole from memory, the good copy; the task
+//     results the damaged pages held have none.
 //
 // Scrub holds the agent's lock while it reads (about the cost of opening
 // the file, BenchmarkOpen), so the caller runs it when the agent is idle. A
@@ -101,18 +103,38 @@ func (s *Store) Scrub(ctx context.Context, agentID string) (rep plugin.ScrubRepo
 		dropCache(f)
 		f.Close()
 	}
+	var first error
 	chk, err := checkFileValues(a.path, func(where fmt.Stringer, k, v []byte) {
 		if _, err := openFrame(k, v); err != nil {
 			damage("%s: %s, key %q: %v", a.path, where, k, err)
+			if first == nil {
+				first = fmt.Errorf("%s, key %q: %v", where, k, err)
+			}
 		}
 	})
 	switch {
 	case err != nil:
 		damage("%s: %v", a.path, err)
+		first = err
 	default:
 		rep.Bytes += int64(chk.pages) * int64(chk.pageSize)
 		if chk.metaErr != nil {
 			damage("%s: %v", a.path, chk.metaErr)
+			first = chk.metaErr
+		}
+	}
+	if first != nil {
+		// The agent's memory holds its whole snapshot: the file is
+		// salvaged now, and the next Save, which knows no previous
+		// generation, writes every list in full.
+		why := fmt.Errorf("%s is damaged: %w", a.path, first)
+		_ = a.drop()
+		_ = a.db.Close()
+		a.db, a.cache = nil, nil
+		if _, err := s.reopenSalvaged(a, why); err != nil {
+			damage("%s: could not rebuild it: %v", a.path, err)
+		} else {
+			rep.Repaired = append(rep.Repaired, a.path+": rebuilt from its readable pages; the agent's next save writes its snapshot whole from memory (task results on the damaged pages are lost)")
 		}
 	}
 	if more > 0 {

@@ -11,8 +11,9 @@ import (
 // TestScrub: a scrub of a healthy agent finds nothing; a journal record
 // damaged on the disk while the agent runs is found and repaired from the
 // transaction that holds it (folded into state.db), so that a restart
-// loads the newest state whole; a damaged value of state.db is found and
-// named.
+// loads the newest state whole; a damaged value of state.db is found,
+// named, and repaired: the file salvaged, the snapshot written whole from
+// the agent's memory at its next save.
 func TestScrub(t *testing.T) {
 	dir := t.TempDir()
 	s, saved := journaled(t, dir, "sc", 8)
@@ -56,10 +57,19 @@ func TestScrub(t *testing.T) {
 	}
 	writeAt(t, path, int64(i), []byte("CAREFUL"))
 	rep, err = s.Scrub(ctx, "sc")
-	if err != nil || len(rep.Damage) == 0 || !strings.Contains(rep.Damage[0], path) || len(rep.Repaired) != 0 {
-		t.Fatalf("damaged state.db: %+v, %v; want damage naming %s, not repaired", rep, err, path)
+	if err != nil || len(rep.Damage) == 0 || !strings.Contains(rep.Damage[0], path) || len(rep.Repaired) != 1 {
+		t.Fatalf("damaged state.db: %+v, %v; want damage naming %s, repaired", rep, err, path)
 	}
-	t.Logf("found: %s", rep.Damage[0])
+	t.Logf("found: %s; %s", rep.Damage[0], rep.Repaired[0])
+	// The file was salvaged without the damaged message; the agent's
+	// next save writes its snapshot whole from memory, message included.
+	after := next.Clone()
+	after.TickIndex = 10
+	mustSave(t, s, after)
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "sc", nil), Options{}), after)
+	if rep, err = s.Scrub(ctx, "sc"); err != nil || len(rep.Damage) != 0 {
+		t.Fatalf("after the repair: %+v, %v; want no damage", rep, err)
+	}
 
 	// An agent without a file: nothing to check.
 	if rep, err := s.Scrub(ctx, "nobody"); err != nil || len(rep.Damage) != 0 || rep.Bytes != 0 {

@@ -140,6 +140,9 @@ type agentStore struct {
 	// load the newest generation without the list elements that the lost
 	// records held (readGeneration's lenient mode).
 	resynced bool
+	// salvaged is set when the file was rebuilt from its readable pages
+	// (salvage.go) since it was opened; like resynced, until a fold.
+	salvaged bool
 	// cache is the generation last saved or loaded: what the next Save
 	// appends to. Nil when unknown (nothing loaded or saved yet since the
 	// file was opened, or the last Save failed), which makes the next Save
@@ -279,10 +282,39 @@ func syncPath(path string) error {
 // check, and refused with an error wrapping plugin.ErrCorrupt that names it.
 // Opening writes nothing to an existing file; it syncs it (syncPath), and
 // the journal, before reading them.
+//
+// A file whose structure is damaged (checkFile, bbolt or its consistency
+// check refuse it) is salvaged (salvage.go): rebuilt from the values its
+// readable pages hold, the damaged file kept beside it, and opened again.
 func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	if a.db != nil {
 		return true, nil
 	}
+	ok, err = s.openFile(a, create)
+	if err == nil || !errors.As(err, new(structureError)) {
+		return ok, err
+	}
+	return s.reopenSalvaged(a, err)
+}
+
+// reopenSalvaged salvages the agent's damaged file, why says what is wrong
+// with it, and opens the new one. a.mu is held and a.db is nil.
+func (s *Store) reopenSalvaged(a *agentStore, why error) (bool, error) {
+	if err := s.salvage(a, why); err != nil {
+		return false, err
+	}
+	ok, err := s.openFile(a, false)
+	if err != nil {
+		return false, err
+	}
+	// Load reads the newest generation without what the damage took.
+	a.resynced, a.salvaged = true, true
+	return ok, nil
+}
+
+// openFile is open without the salvage: a damaged file is a
+// structureError.
+func (s *Store) openFile(a *agentStore, create bool) (ok bool, err error) {
 	fi, err := os.Lstat(a.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -309,7 +341,7 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		}
 	}
 	corrupt := func(why string, args ...any) error {
-		return fmt.Errorf("%s is damaged: %s: %w", a.path, fmt.Sprintf(why, args...), plugin.ErrCorrupt)
+		return structureError{fmt.Errorf("%s is damaged: %s: %w", a.path, fmt.Sprintf(why, args...), plugin.ErrCorrupt)}
 	}
 
 	chk, err := checkFile(a.path)
@@ -320,13 +352,9 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 		return false, corrupt("%v", err)
 	}
 	if chk.metaErr != nil {
-		if chk.txid <= 1 {
-			// The other meta page is the one bbolt wrote when it created
-			// the file: using it would read the agent as new.
-			return false, corrupt("%v, and the other one is that of the empty file", chk.metaErr)
-		}
-		s.log.Warn().Str("agent", a.id).Str("file", a.path).Uint64("txid", chk.txid).Err(chk.metaErr).
-			Msg("a meta page of the store is damaged; opening the commit the other one names, which may be the one before the newest")
+		// The other meta page names the commit before the newest (or the
+		// empty file's): the salvage reads the newest one's pages too.
+		return false, corrupt("%v", chk.metaErr)
 	}
 
 	// Whatever got past checkFile and still makes bbolt panic (or fault on
@@ -348,12 +376,9 @@ func (s *Store) open(a *agentStore, create bool) (ok bool, err error) {
 	default:
 		// bbolt's verdict on the content: ErrInvalid, ErrChecksum,
 		// ErrVersionMismatch, or one it makes no sentinel for.
-		return false, fmt.Errorf("%s is not a valid bbolt file (%v): %w", a.path, err, plugin.ErrCorrupt)
+		return false, structureError{fmt.Errorf("%s is not a valid bbolt file (%v): %w", a.path, err, plugin.ErrCorrupt)}
 	}
-	// tx.Check also asserts that both meta pages are whole, which
-	// refuses what bbolt's second meta page is there for; with one of them
-	// damaged, checkFile's walk is the check.
-	if err := boltCheck(db); chk.metaErr == nil && err != nil {
+	if err := boltCheck(db); err != nil {
 		_ = db.Close()
 		return false, corrupt("bbolt's consistency check: %v", err)
 	}
@@ -478,7 +503,7 @@ func (s *Store) fold(a *agentStore, tx *bolt.Tx) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
-	a.resynced = false
+	a.resynced, a.salvaged = false, false
 	if a.jr != nil {
 		a.jr.off = 0
 	}
@@ -944,11 +969,21 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 	}
 	var snap *agent.Snapshot
 	var st *state
-	err = s.view(a, func(tx *bolt.Tx) error {
+	read := func(tx *bolt.Tx) error {
 		var err error
 		snap, st, err = s.read(tx, a)
 		return err
-	})
+	}
+	err = s.view(a, read)
+	if errors.As(err, new(structureError)) && !a.salvaged {
+		// The pages hold together but not the buckets: salvaged too.
+		_ = a.drop()
+		_ = a.db.Close()
+		a.db, a.cache = nil, nil
+		if _, err = s.reopenSalvaged(a, err); err == nil {
+			err = s.view(a, read)
+		}
+	}
 	if err != nil {
 		a.cache = nil
 		return nil, fmt.Errorf("bbolt: load %s: %w", agentID, err)
@@ -1005,8 +1040,11 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 		}
 		return nil
 	})
+	// A bucket missing or unknown: the salvage (Load) reads the values
+	// whatever bucket holds them.
+	structure := func(why string, args ...any) error { return structureError{corrupt(why, args...)} }
 	if len(unknown) > 0 {
-		return nil, nil, corrupt("it holds buckets this store never writes (%s): a damaged name", strings.Join(unknown, ", "))
+		return nil, nil, structure("it holds buckets this store never writes (%s): a damaged name", strings.Join(unknown, ", "))
 	}
 	b, mb, tb := tx.Bucket(bucketSnapshot), tx.Bucket(bucketMark), tx.Bucket(bucketTasks)
 	if b == nil {
@@ -1014,7 +1052,7 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 		// writes when it creates the file; every commit after them is a Save,
 		// which writes the snapshot bucket.
 		if tx.ID() > 1 || mb != nil || tb != nil {
-			return nil, nil, corrupt("%d transactions were committed, but the snapshot bucket is missing", tx.ID()-1)
+			return nil, nil, structure("%d transactions were committed, but the snapshot bucket is missing", tx.ID()-1)
 		}
 		return nil, nil, nil
 	}
@@ -1024,9 +1062,9 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 		s.log.Warn().Str("agent", a.id).Str("file", a.path).Err(markErr).
 			Msg("the generation mark is damaged; loading the newest good generation without it")
 	case m == nil && b.Get(keyMarked) != nil:
-		return nil, nil, corrupt("the generation mark is missing")
+		return nil, nil, structure("the generation mark is missing")
 	case m != nil && m.Tasks && tb == nil:
-		return nil, nil, corrupt("the task index is missing")
+		return nil, nil, structure("the task index is missing")
 	}
 
 	var gens [][2][]byte // newest first; bbolt's slices stay valid until the transaction ends
@@ -1068,11 +1106,15 @@ func (s *Store) read(tx *bolt.Tx, a *agentStore) (*agent.Snapshot, *state, error
 			// them; every element loaded checks.
 			var left leftOut
 			if snap, left, err = readPartial(b, a.id, g[0], g[1]); err == nil {
+				what := "the damaged journal records"
+				if a.salvaged {
+					what = "the damaged pages of the store"
+				}
 				s.log.Error().Str("agent", a.id).Uint64("generation", gen).Str("file", a.path).
 					Uint64("tick", snap.TickIndex).Int("history", left.hist).Int("queue", left.queue).
 					Int("outbox", left.outbox).Int("recent", left.recent).
-					Msgf("loaded generation %d without what the damaged journal records held: %d history messages, %d queued events, %d undelivered results, %d recent event ids are lost",
-						gen, left.hist, left.queue, left.outbox, left.recent)
+					Msgf("loaded generation %d without what %s held: %d history messages, %d queued events, %d undelivered results, %d recent event ids are lost",
+						gen, what, left.hist, left.queue, left.outbox, left.recent)
 				// The next Save rewrites every list in full, under fresh keys.
 				st = nil
 			}
@@ -1324,10 +1366,13 @@ func (s *Store) remove(a *agentStore) error {
 	if closeErr != nil {
 		return fmt.Errorf("bbolt: delete %s: %w", a.id, closeErr)
 	}
-	// A file a crash left half created (see create) goes with the agent.
-	if tmps, err := filepath.Glob(filepath.Join(filepath.Dir(a.path), tmpPrefix+"*")); err == nil {
-		for _, t := range tmps {
-			_ = os.Remove(t)
+	// A file a crash left half created (see create), and damaged files a
+	// salvage kept, go with the agent.
+	for _, prefix := range []string{tmpPrefix, damagedPrefix} {
+		if tmps, err := filepath.Glob(filepath.Join(filepath.Dir(a.path), prefix+"*")); err == nil {
+			for _, t := range tmps {
+				_ = os.Remove(t)
+			}
 		}
 	}
 	// The directory goes too, unless someone left other files in it.

@@ -57,6 +57,12 @@
 // A Save rewrites the whole snapshot (one SET): its network and append-only
 // file cost grows with the history.
 //
+// # Scrub
+//
+// Scrub (scrub.go) reads the agent's records and task index back through
+// the server and checks each against its CRC-32C; it reports damage and
+// rewrites nothing.
+//
 // # Task index
 //
 // In the same script call, Save indexes the outbox results whose Seq is above

@@ -73,7 +73,11 @@
 // oldest by Seq over MaxTasks, and those indexed longer ago than MaxAgeMs.
 // When a snapshot's NextResultSeq shows that the agent went back (it was
 // restored from an older generation), the mark goes back with it so that the
-// replayed results are indexed again.
+// replayed results are indexed again. After the commit, the results it
+// indexed are also appended to a side record beside the generation mark
+// (results.go): when a damaged write-ahead log made SQLite drop commits,
+// Load puts their results back into the index. Open keeps a copy of the
+// database's first page (header.go) and writes it over a damaged one.
 //
 // # Processes
 //

@@ -114,6 +114,9 @@ type cacheEntry struct {
 	// trimBatch.
 	trimmed [4]int64
 	known   [4]bool
+	// indexed is what the Save that made the entry added to the task
+	// index, until Save has copied it to the side record (results.go).
+	indexed []*agent.Result
 }
 
 // trimBatch is how many rows of a list no kept generation needs a Save lets
@@ -170,6 +173,54 @@ func Open(ctx context.Context, path string, o Options) (*Store, error) {
 	if err := os.MkdirAll(markDir(abs), 0o700); err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
 	}
+	s, err := openDB(ctx, abs, o)
+	if err == nil {
+		s.keepPage1(ctx)
+		return s, nil
+	}
+	if !errors.Is(err, plugin.ErrCorrupt) {
+		return nil, err
+	}
+	// The first page is damaged: rewritten from its copy (header.go), by
+	// one process at a time.
+	unlock, lerr := lockPath(page1Path(abs) + ".lock")
+	if lerr != nil {
+		return nil, err
+	}
+	defer unlock()
+	if s, err2 := openDB(ctx, abs, o); err2 == nil {
+		return s, nil // another process repaired it
+	}
+	kept, rerr := restorePage1(abs)
+	if kept == "" {
+		if rerr != nil {
+			o.Logger.Error().Str("path", abs).Err(rerr).Msg("sqlite: could not rewrite the database's damaged first page from its copy")
+		}
+		return nil, err
+	}
+	var s2 *Store
+	if rerr == nil {
+		if s2, rerr = openDB(ctx, abs, o); rerr == nil {
+			if rerr = s2.checkRestored(ctx); rerr != nil {
+				s2.db.Close()
+			}
+		}
+	}
+	if rerr != nil {
+		if perr := os.Rename(kept, abs); perr != nil {
+			rerr = fmt.Errorf("%v; putting the damaged file back: %v", rerr, perr)
+		}
+		o.Logger.Error().Str("path", abs).Err(rerr).Msg("sqlite: the database's damaged first page could not be rewritten from its copy; the database is left as it was")
+		return nil, err
+	}
+	o.Logger.Error().Str("path", abs).Str("kept", kept).AnErr("damage", err).
+		Msgf("sqlite: the database's first page (its header and schema) was damaged: rewritten from the copy kept in %s and checked; the damaged file is kept as %s",
+			page1Path(abs), filepath.Base(kept))
+	return s2, nil
+}
+
+// openDB opens the database at abs and migrates its schema.
+func openDB(ctx context.Context, abs string, o Options) (*Store, error) {
 	db, tightened, err := sqlitedb.Open(abs, dbOptions)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", abs, err)
@@ -257,8 +308,11 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 		s.cache.Set(id, nil)
 		return fmt.Errorf("sqlite: save %s: commit: %w", id, s.failed(err))
 	}
+	indexed := next.indexed
+	next.indexed = nil
 	s.cache.Set(id, next)
 	s.writeMark(id, next.gen, snap.TickIndex)
+	s.writeResults(id, next.gen, indexed)
 	return nil
 }
 
@@ -385,7 +439,7 @@ func (s *Store) save(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, cach
 	}
 	next.trimmed, next.known = trimmed, known
 
-	taskSeq, taskCount, err = s.index(ctx, tx, snap, taskSeq, taskCount)
+	taskSeq, taskCount, next.indexed, err = s.index(ctx, tx, snap, taskSeq, taskCount)
 	if err != nil {
 		return nil, fmt.Errorf("task index: %w", err)
 	}
@@ -478,8 +532,8 @@ func eqEvent(a, b *agent.Event) bool {
 }
 
 // index adds the outbox results above the mark taskSeq to the task index and
-// prunes it, and returns the new mark and row count.
-func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, taskSeq uint64, count int64) (uint64, int64, error) {
+// prunes it, and returns the new mark and row count, and the results added.
+func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, taskSeq uint64, count int64) (uint64, int64, []*agent.Result, error) {
 	// The results above the mark, or the whole outbox of an agent restored
 	// from an older generation (the index may hold results of its lost
 	// future); see backend.Unindexed.
@@ -488,18 +542,18 @@ func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, tas
 	for _, r := range results {
 		data, _, err := record.EncodeElement(r)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		res, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO tasks (agent_id, task_id, seq, indexed_at, result) VALUES (?, ?, ?, ?, ?)`,
 			snap.AgentID, r.TaskID, r.Seq, now, data)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		if n, _ := res.RowsAffected(); n == 1 {
 			count++
 		} else if _, err := tx.ExecContext(ctx, `UPDATE tasks SET seq = ?, indexed_at = ?, result = ? WHERE agent_id = ? AND task_id = ?`,
 			r.Seq, now, data, snap.AgentID, r.TaskID); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 	}
 
@@ -508,7 +562,7 @@ func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, tas
 		res, err := tx.ExecContext(ctx, `DELETE FROM tasks WHERE rowid IN
 			(SELECT rowid FROM tasks WHERE agent_id = ? ORDER BY seq LIMIT ?)`, snap.AgentID, min(over, p.Budget))
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		n, _ := res.RowsAffected()
 		count -= n
@@ -519,12 +573,12 @@ func (s *Store) index(ctx context.Context, tx *sql.Tx, snap *agent.Snapshot, tas
 			(SELECT rowid FROM tasks WHERE agent_id = ? AND indexed_at < ? ORDER BY indexed_at LIMIT ?)`,
 			snap.AgentID, p.Cutoff, p.Budget)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		n, _ := res.RowsAffected()
 		count -= n
 	}
-	return mark, max(count, 0), nil
+	return mark, max(count, 0), results, nil
 }
 
 // stored is one generation row as Load reads it.
@@ -561,6 +615,16 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 			Msgf("sqlite: the database went back: agent %s saved tick %d (generation %d) at %s, the database holds tick %d (generation %d); "+
 				"the ticks after %d are lost, with any task accepted in them (a damaged write-ahead log, %s-wal)",
 				agentID, m.tick, m.gen, m.when(), snap.TickIndex, newest, snap.TickIndex, s.path)
+		side, _ := s.sidePaths(agentID)
+		switch n, bad, err := s.restoreResults(ctx, agentID, newest); {
+		case err != nil:
+			s.log.Error().Str("agent", agentID).Str("file", side).Err(err).
+				Msg("sqlite: could not put back the results of the lost ticks from the side record")
+		case n > 0 || bad > 0:
+			s.log.Warn().Str("agent", agentID).Str("file", side).Int("restored", n).Int("damaged", bad).
+				Msgf("sqlite: put back %d results of the lost ticks from the side record (%d of its records damaged): their tasks answer as before the damage",
+					n, bad)
+		}
 	}
 	s.cache.Set(agentID, entry)
 	return snap, nil
@@ -748,6 +812,9 @@ func (s *Store) Delete(ctx context.Context, agentID string) error {
 		return fmt.Errorf("sqlite: delete %s: %w", agentID, s.failed(err))
 	}
 	if err := os.Remove(s.markPath(agentID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("sqlite: delete %s: %w", agentID, err)
+	}
+	if err := s.removeResults(agentID); err != nil {
 		return fmt.Errorf("sqlite: delete %s: %w", agentID, err)
 	}
 	return nil
