@@ -10,6 +10,8 @@ package main
 //
 // A store URL for a store left out is refused with an error naming the tag.
 import (
+	"github.com/openstarry/openstarry-edge/core/daemon"
+
 	_ "github.com/openstarry/openstarry-edge/core/daemon/agenttool"
 	_ "github.com/openstarry/openstarry-edge/storage/bbolt"
 	_ "github.com/openstarry/openstarry-edge/storage/memory/qdrant"
@@ -20,3 +22,12 @@ import (
 	_ "github.com/openstarry/openstarry-edge/transport/mqtt"
 	_ "github.com/openstarry/openstarry-edge/transport/webhook"
 )
+
+// daemonSessions hands the daemon session continuity: the plugin
+// sessions.daemon (transport/sessionapi) over the store sessionstore.sqlite
+// (storage/sessionsql), both blank imports of plugins_sqlite.go, or why
+// there is none (a build with -tags nosqlite: plugins_nosqlite.go).
+func daemonSessions() daemon.Sessions {
+	link, missing := daemon.LookupSessions("sqlite")
+	return daemon.Sessions{Link: link, Missing: missing}
+}

@@ -11,6 +11,7 @@ func init() {
 	plugin.Omit("storage.sqlite", "nosqlite")
 	plugin.Omit("memory.fts", "nosqlite")
 	plugin.Omit("sessionstore.sqlite", "nosqlite")
+	plugin.Omit("sessions.daemon", "nosqlite")
 }
 
 // sessionsCompiledIn is what version says of session continuity.
