@@ -45,7 +45,7 @@ func TestSmallBuildDeps(t *testing.T) {
 		t.Fatalf("go list printed no dependency list:\n%s", out)
 	}
 	for _, p := range deps {
-		for _, banned := range []string{"modernc.org/sqlite", "modernc.org/libc", "github.com/openstarry/openstarry-edge/storage/sessionsql",
+		for _, banned := range []string{"modernc.org/sqlite", "modernc.org/libc", "github.com/openstarry/openstarry-edge/core/session",
 			"github.com/openstarry/openstarry-edge/storage/memory/fts", "github.com/openstarry/openstarry-edge/storage/redis", "github.com/redis/go-redis", "github.com/modelcontextprotocol/go-sdk",
 			// net/http's HTTP/2 (its header compression is the one
 			// package of it go list shows).

@@ -175,8 +175,10 @@ func TestOtherPlatforms(t *testing.T) {
 // TestCoreNoSQL keeps SQL out of core/: no package under core/ may link
 // database/sql or the SQLite driver (modernc.org/sqlite), directly or
 // through what it imports. Session continuity's store is a plugin
-// (storage/sessionsql, kind sessionstore) that the daemon gets handed
-// (issue #31); core/session holds the logic and the interface.
+// (storage/sessionsql, kind sessionstore) under core/session's manager, and
+// the daemon is handed both, with the session API, as the plugin
+// sessions.daemon of transport/sessionapi (issue #31); core/session holds
+// the logic and the Store interface.
 func TestCoreNoSQL(t *testing.T) {
 	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", "../../core/...").Output()
 	if err != nil {
@@ -202,8 +204,9 @@ func TestCoreNoSQL(t *testing.T) {
 // net/http's default one); APIs live under transport/ (transport/httpapi,
 // transport/sessionapi, ...) and are handed in. The one exception is the
 // daemon's own listener and control API (core/daemon: api.go, httpd.go,
-// and the answers of a daemon without session continuity in sessions.go;
-// proxy.go only forwards): it stays for now because another change splits
+// and the 501 answers of a daemon without session continuity in
+// sessions.go; proxy.go only forwards): it stays for now because another
+// change splits
 // the Daemon type into parts (issue #31 item 4) and another rewrites the
 // proxy's hot path (#35), and moving it under them would only make both
 // harder to review. When the control API gets its own part it can move to

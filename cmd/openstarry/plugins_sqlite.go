@@ -6,6 +6,7 @@ import (
 	_ "github.com/openstarry/openstarry-edge/storage/memory/fts"
 	_ "github.com/openstarry/openstarry-edge/storage/sessionsql" // session continuity's store (sessions.db)
 	_ "github.com/openstarry/openstarry-edge/storage/sqlite"
+	_ "github.com/openstarry/openstarry-edge/transport/sessionapi" // session continuity in the daemon, and its API
 )
 
 // sessionsCompiledIn is what version says of session continuity.

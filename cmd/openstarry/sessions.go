@@ -1,3 +1,5 @@
+//go:build !nosqlite
+
 package main
 
 import (
@@ -17,52 +19,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
-	"github.com/openstarry/openstarry-edge/core/plugin"
 	"github.com/openstarry/openstarry-edge/core/session"
 )
 
 // The project, session and approval commands talk to the daemon's HTTP API
 // (found through its control socket, or --url): the daemon owns
 // sessions.db and the dispatchers, so a resume or a decision must go
-// through it to start a dispatcher or release a waiting task. A build
-// without a session store (-tags nosqlite leaves storage/sessionsql out)
-// has the commands, and each of them fails naming the build.
-
-// sessionStore is the session store of this build, the plugin
-// sessionstore.sqlite (storage/sessionsql, a blank import of
-// plugins_sqlite.go); the error says why there is none.
-func sessionStore() (session.StoreOpener, error) { return session.LookupStore("sqlite") }
-
-// refuseWithoutStore makes each of the top-level commands cmds, with any
-// subcommand, argument or flag, fail naming the build, in a build without
-// a session store.
-func refuseWithoutStore(cmds ...*cobra.Command) {
-	if _, err := sessionStore(); err == nil {
-		return
-	}
-	why := "no session store"
-	if tag, out := plugin.Omitted()["sessionstore.sqlite"]; out {
-		why = "built with -tags " + tag
-	}
-	for _, c := range cmds {
-		c.Short = strings.SplitN(c.Short, ":", 2)[0] + " (not in this build: " + why + ")"
-	}
-	refuse(cmds...)
-}
-
-// refuse makes each command and its subcommands fail with why there is
-// no session store.
-func refuse(cmds ...*cobra.Command) {
-	for _, c := range cmds {
-		c.DisableFlagParsing = true
-		c.Args = nil
-		c.RunE = func(*cobra.Command, []string) error {
-			_, err := sessionStore()
-			return err
-		}
-		refuse(c.Commands()...)
-	}
-}
+// through it to start a dispatcher or release a waiting task.
 
 type apiFlags struct {
 	configFlags
@@ -222,8 +185,6 @@ func newSessionCmds() []*cobra.Command {
 	project := &cobra.Command{Use: "project", Short: "Projects: plans of tasks the daemon runs across sessions"}
 	session_ := &cobra.Command{Use: "session", Short: "Sessions of a project: list, show, resume an interrupted one"}
 	approval := &cobra.Command{Use: "approval", Short: "Human approvals: list, approve, reject, request a revision"}
-	// Added last, so that they cover the subcommands below.
-	defer refuseWithoutStore(project, session_, approval)
 
 	showProject := func(v *session.ProjectView) func(io.Writer) {
 		return func(w io.Writer) { printProject(w, v) }

@@ -66,7 +66,8 @@ type Options struct {
 	Resolver Resolver
 	// Infra are started in order in phase 1 and closed in reverse.
 	Infra []Infrastructure
-	// Sessions is session continuity: its store and its API (sessions.go).
+	// Sessions is session continuity: a SessionLink, or why there is none
+	// (sessions.go).
 	Sessions Sessions
 	// Executable is the openstarry binary the agents run; default
 	// os.Executable().
@@ -178,9 +179,6 @@ func Run(ctx context.Context, o Options) error {
 func newDaemon(o Options) (*Daemon, error) {
 	if o.Config == nil || o.Resolver == nil {
 		return nil, errors.New("daemon: Config and Resolver are required")
-	}
-	if err := o.Sessions.check(); err != nil {
-		return nil, err
 	}
 	cfg := *o.Config
 	data, err := filepath.Abs(cfg.Data)

@@ -18,35 +18,123 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/httpx"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/core/session"
+)
+
+// The interruption reasons of the boot journal (session.ReasonCrash,
+// session.ReasonPowerLoss).
+const (
+	reasonCrash     = "crash"
+	reasonPowerLoss = "power_loss"
 )
 
 // Sessions is session continuity as the wiring hands it to the daemon
-// (Options.Sessions), as it hands in Infra and Web: the store, a plugin of
-// kind sessionstore (storage/sessionsql, sessions.db), and the session API
-// (transport/sessionapi). The daemon holds the logic (core/session's
-// Manager) between them.
+// (Options.Sessions), as it hands in Infra and Web: a SessionLink (the
+// plugin sessions.daemon of transport/sessionapi: core/session's manager
+// over the session store, sessionstore.sqlite, and the session API), or
+// why there is none. The daemon links no session code of its own, so that
+// a build without the store (-tags nosqlite) links none.
 type Sessions struct {
-	// Store opens DATA/sessions.db in boot phase 1. Nil: the daemon has
-	// no session continuity, and every entry point to it (the session API,
-	// the agents' session tools) answers Missing with 501; the boot
-	// journal is still kept.
-	Store session.StoreOpener
-	// Missing says why Store is nil: a build that left the store out says
-	// so (plugin.NotCompiledIn, "... built with -tags nosqlite").
+	// Link is opened in boot phase 1. Nil: the daemon has no session
+	// continuity, and every entry point to it (the session API, the
+	// agents' session tools) answers Missing with 501; the boot journal is
+	// still kept.
+	Link SessionLink
+	// Missing says why Link is nil: a build that left it out says so
+	// (plugin.NotCompiledIn, "... built with -tags nosqlite").
 	Missing error
-	// Routes adds the session API to the HTTP listener's mux; required
-	// with Store.
-	Routes func(mux *http.ServeMux, m *session.Manager, log zerolog.Logger)
 }
 
-// check refuses a store without its API: a missing piece is an error at
-// start, never a silent default.
-func (s Sessions) check() error {
-	if s.Store != nil && s.Routes == nil {
-		return errors.New("daemon: Options.Sessions has a store but no Routes (transport/sessionapi.Routes)")
+// SessionLink is session continuity as the daemon runs it: a store and the
+// manager of the plans over it, the session API, and the agents' session
+// tools. Its methods are safe for concurrent use once Open returned.
+type SessionLink interface {
+	// Open opens the store (DATA/sessions.db) and marks the sessions the
+	// previous run left open interrupted with reason (crash or
+	// power_loss), returning how many.
+	Open(ctx context.Context, env SessionEnv, reason string) (interrupted int, err error)
+	// Start lets the plans run on the agents.
+	Start(agents SessionAgents)
+	// Resumable lists the interrupted sessions not yet resumed.
+	Resumable(ctx context.Context) ([]SessionRef, error)
+	// Resume resumes one of them.
+	Resume(ctx context.Context, s SessionRef) error
+	// StopDispatch stops the dispatchers without ending their sessions.
+	StopDispatch()
+	// Close stops the dispatchers and closes the store; with clean, the
+	// active sessions end interrupted with reason shutdown.
+	Close(clean bool) error
+	// Routes adds the session API to the HTTP listener's mux.
+	Routes(mux *http.ServeMux)
+	// Tool answers an agent's session tool request: op is approval,
+	// unknown_outcome, decision, approach or task; caller is the agent it
+	// came from ("" when unknown), master the agent to name then. An
+	// unknown op is an error wrapping ErrUnknownSessionTool.
+	Tool(ctx context.Context, op, caller, master string, body []byte) (any, error)
+	// ErrorStatus maps an error of Tool to an HTTP status and code.
+	ErrorStatus(err error) (status int, code string)
+	// Check reads the store back from the disk (the scrub): the damaged
+	// parts found, those repaired, and the bytes checked.
+	Check(ctx context.Context) (damage, repaired []string, checked int64, err error)
+}
+
+// SessionEnv is what a SessionLink is opened with.
+type SessionEnv struct {
+	Data               string // the data directory
+	Log                zerolog.Logger
+	Now                func() time.Time
+	CheckpointInterval time.Duration // sessions.checkpoint_interval; 0: the default
+}
+
+// SessionRef names a session.
+type SessionRef struct{ ProjectID, ID string }
+
+// SessionAgents is what the daemon offers session continuity: its agents.
+type SessionAgents interface {
+	// Master is the master agent's id.
+	Master() string
+	// AgentType is the type of an agent's template ("" when unknown).
+	AgentType(agentID string) string
+	// RunTask hands a plan task (its JSON, and its task id) to an agent,
+	// spawning a worker the plan names that does not run, and returns the
+	// agent's result once finished. A task id the agent has seen is
+	// answered from its record, never run again; an agent whose process
+	// changed while it held the task is reported with an error wrapping
+	// plugin.ErrAgentCrashed.
+	RunTask(ctx context.Context, agentID, taskID string, task []byte) (SessionResult, error)
+}
+
+// SessionResult is an agent's result of a plan task.
+type SessionResult struct {
+	Status string // done, failed, unknown_outcome
+	Output json.RawMessage
+	Error  string
+}
+
+// ErrUnknownSessionTool is wrapped by SessionLink.Tool's error for an op it
+// does not know.
+var ErrUnknownSessionTool = errors.New("no such session tool")
+
+// SessionsOpener makes a SessionLink over the session store named store
+// ("sqlite"): the New of the plugins of kind sessions.
+type SessionsOpener func(store string) (SessionLink, error)
+
+// sessionsKind declares the plugin kind sessions.
+var sessionsKind = plugin.DeclareKind(plugin.KindSessions, "daemon.SessionsOpener", plugin.Is[SessionsOpener])
+
+// LookupSessions returns the registered SessionLink (the plugin
+// sessions.daemon) over the session store named store ("sqlite"), or why
+// there is none: a build tag that left it out (wrapping
+// plugin.ErrNotCompiledIn), or a plugin not linked.
+func LookupSessions(store string) (SessionLink, error) {
+	const id = string(plugin.KindSessions) + ".daemon"
+	info, ok := plugin.Lookup(id)
+	if !ok {
+		if tag, out := plugin.Omitted()[id]; out {
+			return nil, plugin.NotCompiledIn("session continuity", tag)
+		}
+		return nil, errors.New("session continuity is not in this build: no plugin " + id + " (transport/sessionapi)")
 	}
-	return nil
+	return info.New.(SessionsOpener)(store)
 }
 
 // noSessions is why this daemon has no session continuity.
@@ -54,11 +142,11 @@ func (s Sessions) noSessions() error {
 	if s.Missing != nil {
 		return s.Missing
 	}
-	return errors.New("session continuity: no session store was handed to the daemon (Options.Sessions)")
+	return errors.New("session continuity: none was handed to the daemon (Options.Sessions)")
 }
 
-// Error codes of a daemon without session continuity: the build left the
-// store out, or the wiring handed none in.
+// Error codes of a daemon without session continuity: the build left it
+// out, or the wiring handed none in.
 const (
 	codeNotCompiledIn = "not_compiled_in"
 	codeNoSessions    = "no_sessions"
@@ -78,12 +166,12 @@ func (d *Daemon) writeNoSessions(w http.ResponseWriter) {
 // HTTP APIs: POST the task, then read its state until it is finished. A
 // task id already seen is answered from the agent's record, never run
 // again; a change of the agent's process while the task is in it is
-// reported as session.ErrAgentCrashed.
+// reported as plugin.ErrAgentCrashed.
 type sessionAgents struct{ d *Daemon }
 
 func (a sessionAgents) Master() string { return a.d.cfg.Master.Agent }
 
-// AgentType is the type of an agent's template (session.AgentTyper).
+// AgentType is the type of an agent's template.
 func (a sessionAgents) AgentType(id string) string {
 	if m := a.d.member(id); m != nil {
 		return m.getSpec().Type
@@ -94,39 +182,35 @@ func (a sessionAgents) AgentType(id string) string {
 // workerTemplate is the template of a worker a plan names that does not run.
 const workerTemplate = "worker"
 
-func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentTask) (session.AgentResult, error) {
+func (a sessionAgents) RunTask(ctx context.Context, agentID, taskID string, body []byte) (SessionResult, error) {
 	d := a.d
 	m := d.member(agentID)
 	if m == nil {
 		if agentID == a.Master() {
-			return session.AgentResult{}, fmt.Errorf("the master %s is not supervised", agentID)
+			return SessionResult{}, fmt.Errorf("the master %s is not supervised", agentID)
 		}
 		if _, err := d.spawnWorker(ctx, a.Master(), control.AgentRequest{Action: control.ActionSpawn, AgentID: agentID, Template: workerTemplate}); err != nil {
 			var ce *control.Error
 			if !errors.As(err, &ce) || ce.Status != http.StatusConflict {
-				return session.AgentResult{}, fmt.Errorf("spawning worker %s: %w", agentID, err)
+				return SessionResult{}, fmt.Errorf("spawning worker %s: %w", agentID, err)
 			}
 		}
 		if m = d.member(agentID); m == nil {
-			return session.AgentResult{}, fmt.Errorf("worker %s is not supervised", agentID)
+			return SessionResult{}, fmt.Errorf("worker %s is not supervised", agentID)
 		}
 	}
 	st, addr, _ := m.watch()
 	if st != control.StateRunning {
 		if st == control.StateCrashloop {
-			return session.AgentResult{}, fmt.Errorf("agent %s is in crashloop: %w", agentID, session.ErrAgentCrashed)
+			return SessionResult{}, fmt.Errorf("agent %s is in crashloop: %w", agentID, plugin.ErrAgentCrashed)
 		}
-		return session.AgentResult{}, fmt.Errorf("agent %s is %s", agentID, st)
+		return SessionResult{}, fmt.Errorf("agent %s is %s", agentID, st)
 	}
 	before := m.info()
-	body, err := json.Marshal(t)
-	if err != nil {
-		return session.AgentResult{}, err
-	}
 	base := addr + "/agents/" + url.PathEscape(agentID) + "/tasks"
 	req, err := http.NewRequestWithContext(ctx, "POST", base, bytes.NewReader(body))
 	if err != nil {
-		return session.AgentResult{}, err
+		return SessionResult{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	// The plan: namespace is the dispatcher's alone: the agent accepts
@@ -134,12 +218,12 @@ func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentT
 	req.Header.Set(httpx.HeaderPlanToken, d.agentToken(agentID))
 	resp, err := d.httpc.Do(req)
 	if err != nil {
-		return session.AgentResult{}, a.crashed(m, before, err)
+		return SessionResult{}, a.crashed(m, before, err)
 	}
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusAccepted && resp.StatusCode != http.StatusOK {
-		return session.AgentResult{}, fmt.Errorf("agent %s refused task %s: %s: %s", agentID, t.TaskID, resp.Status, bytes.TrimSpace(data))
+		return SessionResult{}, fmt.Errorf("agent %s refused task %s: %s: %s", agentID, taskID, resp.Status, bytes.TrimSpace(data))
 	}
 	// The agent holds the task durably now; wait for its result.
 	tick := time.NewTicker(50 * time.Millisecond)
@@ -150,32 +234,32 @@ func (a sessionAgents) Run(ctx context.Context, agentID string, t session.AgentT
 			Output json.RawMessage `json:"output"`
 			Error  string          `json:"error"`
 		}
-		code, err := d.getJSON(ctx, base+"/"+url.PathEscape(t.TaskID), &ts)
+		code, err := d.getJSON(ctx, base+"/"+url.PathEscape(taskID), &ts)
 		if err == nil && code == http.StatusOK {
 			switch ts.Status {
 			case "done", "failed", "unknown_outcome":
-				return session.AgentResult{Status: ts.Status, Output: ts.Output, Error: ts.Error}, nil
+				return SessionResult{Status: ts.Status, Output: ts.Output, Error: ts.Error}, nil
 			}
 		}
 		if cerr := a.crashed(m, before, nil); cerr != nil {
-			return session.AgentResult{}, cerr
+			return SessionResult{}, cerr
 		}
 		select {
 		case <-ctx.Done():
-			return session.AgentResult{}, ctx.Err()
+			return SessionResult{}, ctx.Err()
 		case <-tick.C:
 		}
 	}
 }
 
-// crashed returns ErrAgentCrashed when the agent's process is not the one
+// crashed returns plugin.ErrAgentCrashed when the agent's process is not the one
 // that took the task (it died and was restarted, or is down); otherwise
 // err as it is.
 func (a sessionAgents) crashed(m *member, before control.AgentInfo, err error) error {
 	now := m.info()
 	if now.PID != before.PID || now.Restarts != before.Restarts || now.State != control.StateRunning {
 		return fmt.Errorf("agent %s (pid %d) stopped while it held the task (now %s, pid %d): %w",
-			m.id, before.PID, now.State, now.PID, session.ErrAgentCrashed)
+			m.id, before.PID, now.State, now.PID, plugin.ErrAgentCrashed)
 	}
 	return err
 }
@@ -206,7 +290,7 @@ func (d *Daemon) openSessions(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if d.o.Sessions.Store == nil {
+	if d.o.Sessions.Link == nil {
 		// The boot journal only; a sessions.db left by a build that has
 		// the store is not touched.
 		ev := d.log.Info()
@@ -216,22 +300,18 @@ func (d *Daemon) openSessions(ctx context.Context) error {
 		ev.Msg(d.o.Sessions.noSessions().Error())
 		return nil
 	}
-	m, err := session.Open(ctx, session.Options{Data: d.data, Log: d.sessionLog(), OpenStore: d.o.Sessions.Store,
-		Now: d.now, CheckpointInterval: d.cfg.Sessions.CheckpointInterval})
-	if err != nil {
-		return fmt.Errorf("state database: %w", err)
-	}
-	d.sess = m
-	reason := session.ReasonCrash
+	reason := reasonCrash
 	if prev == PreviousPowerLoss {
-		reason = session.ReasonPowerLoss
+		reason = reasonPowerLoss
 	}
-	open, err := m.ScanInterrupted(ctx, reason)
+	open, err := d.o.Sessions.Link.Open(ctx, SessionEnv{Data: d.data, Log: d.sessionLog(), Now: d.now,
+		CheckpointInterval: d.cfg.Sessions.CheckpointInterval}, reason)
 	if err != nil {
 		return err
 	}
-	if len(open) > 0 {
-		d.log.Warn().Int("sessions", len(open)).Str("reason", reason).Msgf("%d session(s) interrupted (%s)", len(open), reason)
+	d.sess = d.o.Sessions.Link
+	if open > 0 {
+		d.log.Warn().Int("sessions", open).Str("reason", reason).Msgf("%d session(s) interrupted (%s)", open, reason)
 	}
 	return nil
 }
@@ -242,7 +322,7 @@ func (d *Daemon) startSessions(ctx context.Context) {
 	if d.sess == nil {
 		return
 	}
-	d.sess.SetAgents(sessionAgents{d})
+	d.sess.Start(sessionAgents{d})
 	if d.cfg.ScrubInterval > 0 {
 		d.scrubs.Add(1)
 		go func() {
@@ -251,18 +331,18 @@ func (d *Daemon) startSessions(ctx context.Context) {
 		}()
 	}
 	if !d.cfg.Sessions.AutoResume {
-		if list, err := d.sess.ResumableSessions(ctx); err == nil && len(list) > 0 {
+		if list, err := d.sess.Resumable(ctx); err == nil && len(list) > 0 {
 			d.log.Info().Int("sessions", len(list)).Msg("interrupted sessions wait for a resume (sessions.auto_resume is off): `openstarry session list`")
 		}
 		return
 	}
-	list, err := d.sess.ResumableSessions(ctx)
+	list, err := d.sess.Resumable(ctx)
 	if err != nil {
 		d.log.Error().Err(err).Msg("listing interrupted sessions")
 		return
 	}
 	for _, s := range list {
-		if _, err := d.sess.Resume(ctx, s.ProjectID, s.ID); err != nil {
+		if err := d.sess.Resume(ctx, s); err != nil {
 			d.log.Error().Err(err).Str("session", s.ID).Msg("auto-resume failed")
 		}
 	}
@@ -294,9 +374,9 @@ func (d *Daemon) closeSessions(clean bool) {
 	}
 }
 
-// sessionManager is session continuity as the daemon holds it; nil when
-// it was handed no store (Sessions).
-type sessionManager = *session.Manager
+// sessionManager is session continuity as the daemon holds it once open;
+// nil when it was handed none (Sessions).
+type sessionManager = SessionLink
 
 // sessionLog is the logger of session continuity.
 func (d *Daemon) sessionLog() zerolog.Logger {
@@ -307,14 +387,14 @@ func (d *Daemon) sessionLog() zerolog.Logger {
 // the daemon's HTTP listener; without a store, every route of it answers
 // why there is none.
 func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
-	if d.o.Sessions.Store == nil {
+	if d.o.Sessions.Link == nil {
 		for _, p := range []string{"/projects", "/projects/", "/approvals", "/approvals/"} {
 			mux.HandleFunc(p, func(w http.ResponseWriter, _ *http.Request) { d.writeNoSessions(w) })
 		}
 		return
 	}
 	if d.sess != nil {
-		d.o.Sessions.Routes(mux, d.sess, d.sessionLog())
+		d.sess.Routes(mux)
 	}
 }
 
@@ -322,7 +402,7 @@ func (d *Daemon) sessionRoutes(mux *http.ServeMux) {
 // through the control API, and the approvals of unknown outcomes an agent
 // raises after a crash (unknown_outcome) and reads (decision).
 func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
-	if d.o.Sessions.Store == nil {
+	if d.o.Sessions.Link == nil {
 		caller, _ := callerAgent(r)
 		d.log.Warn().Str("agent", caller).Str("op", r.PathValue("op")).Msg("session tool request refused: " + d.o.Sessions.noSessions().Error())
 		d.writeNoSessions(w)
@@ -338,56 +418,14 @@ func (d *Daemon) handleSessionTool(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	caller, _ := callerAgent(r)
-	var out any
-	switch r.PathValue("op") {
-	case "approval":
-		var req session.ApprovalRequest
-		if err = session.DecodeToolRequest(data, &req); err == nil {
-			if caller != "" {
-				req.LeaderID = caller
-			}
-			if req.LeaderID == "" {
-				req.LeaderID = d.cfg.Master.Agent
-			}
-			out, err = d.sess.RequestApproval(r.Context(), &req)
-		}
-	case "unknown_outcome":
-		var req session.UnknownOutcomeRequest
-		if err = session.DecodeToolRequest(data, &req); err == nil {
-			if caller != "" {
-				req.LeaderID = caller
-			}
-			if req.LeaderID == "" {
-				req.LeaderID = d.cfg.Master.Agent
-			}
-			out, err = d.sess.RequestUnknownOutcome(r.Context(), &req)
-		}
-	case "decision":
-		var req struct {
-			ApprovalID int64 `json:"approval_id"`
-		}
-		if err = json.Unmarshal(data, &req); err != nil || req.ApprovalID <= 0 {
-			err = fmt.Errorf("%w: want {\"approval_id\": a positive integer}", session.ErrBadRequest)
-		} else {
-			out, err = d.sess.Store().Approval(r.Context(), req.ApprovalID)
-		}
-	case "approach":
-		var req session.ApproachRecord
-		if err = session.DecodeToolRequest(data, &req); err == nil {
-			out, err = d.sess.RecordApproach(r.Context(), &req)
-		}
-	case "task":
-		var req session.TaskUpdate
-		if err = session.DecodeToolRequest(data, &req); err == nil {
-			out, err = d.sess.UpdateTask(r.Context(), &req)
-		}
-	default:
+	out, err := d.sess.Tool(r.Context(), r.PathValue("op"), caller, d.cfg.Master.Agent, data)
+	if errors.Is(err, ErrUnknownSessionTool) {
 		writeError(w, &control.Error{Status: http.StatusNotFound, Code: "not_found", Msg: "no session tool " + r.PathValue("op")})
 		return
 	}
 	if err != nil {
 		d.log.Warn().Err(err).Str("agent", caller).Str("op", r.PathValue("op")).Msg("session tool request refused")
-		status, code := session.StatusOf(err)
+		status, code := d.sess.ErrorStatus(err)
 		writeError(w, &control.Error{Status: status, Code: code, Msg: err.Error()})
 		return
 	}
@@ -408,7 +446,7 @@ func (d *Daemon) scrubSessions(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		damage, repaired, n, err := d.sess.CheckDB(ctx)
+		damage, repaired, n, err := d.sess.Check(ctx)
 		if ctx.Err() != nil {
 			return
 		}

@@ -28,6 +28,7 @@ const (
 	KindMCP          = registry.KindMCP
 	KindClaims       = registry.KindClaims
 	KindSessionStore = registry.KindSessionStore
+	KindSessions     = registry.KindSessions
 )
 
 // kindsDeclared declares the kinds this package owns, with the type of
@@ -87,6 +88,15 @@ func Omitted() map[string]string { return registry.Omitted() }
 // kind, or a New missing or not of the kind's type: those are programming
 // errors that must fail the build's tests, not a boot.
 func Register(info Info) { registry.Register(info) }
+
+// DeclareKind declares a kind owned by a package above this one (its New
+// must be of the type named want and pass fits): registry.DeclareKind.
+func DeclareKind(k Kind, want string, fits func(any) bool) bool {
+	return registry.DeclareKind(k, want, fits)
+}
+
+// Is reports whether v is a T, the check of a kind whose New is a T.
+func Is[T any](v any) bool { return registry.Is[T](v) }
 
 // Lookup returns the plugin registered under id.
 func Lookup(id string) (Info, bool) { return registry.Lookup(id) }

@@ -29,6 +29,11 @@ var (
 	ErrClosed = errors.New("store is closed")
 )
 
+// ErrAgentCrashed is wrapped by the error of a task handed to an agent whose
+// process ended without a clean stop while it held the task (the daemon's
+// report to session continuity's dispatcher: session.ErrAgentCrashed).
+var ErrAgentCrashed = errors.New("agent crashed")
+
 // Storage keeps AgentSnapshots. It is the plugin kind "storage" of the
 // specification. Implementations are safe for concurrent use by several
 // agents; calls for one agent come from that agent's single owner goroutine.

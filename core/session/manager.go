@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/jsonclip"
+	"github.com/openstarry/openstarry-edge/core/plugin"
 )
 
 // Agents is how the manager hands plan tasks to agents (the daemon
@@ -39,7 +40,7 @@ type AgentTyper interface {
 
 // ErrAgentCrashed is returned by Agents.Run when the agent's process ended
 // without a clean stop while it held the task.
-var ErrAgentCrashed = errors.New("agent crashed")
+var ErrAgentCrashed = plugin.ErrAgentCrashed
 
 // AgentTask is a plan task as an agent receives it.
 type AgentTask struct {

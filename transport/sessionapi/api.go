@@ -1,8 +1,10 @@
-// Package sessionapi serves session continuity over HTTP: seed 003's API
-// (projects, sessions, resume, approvals, approaches, artifacts) on the
-// daemon's listener, over a session.Manager. The daemon gets Routes
-// injected (daemon.Options.SessionRoutes); the manager holds the logic and
-// the store.
+// Package sessionapi is session continuity as the daemon runs it: seed
+// 003's HTTP API (projects, sessions, resume, approvals, approaches,
+// artifacts) on the daemon's listener, over core/session's Manager, and the
+// plugin sessions.daemon (link.go), the daemon.SessionLink the wiring hands
+// the daemon: the manager over the registered session store, this API, and
+// the agents' session tools. The manager holds the logic, the store the
+// rows; the daemon links none of them itself.
 package sessionapi
 
 import (

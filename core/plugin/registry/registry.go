@@ -33,6 +33,7 @@ const (
 	KindInfra        Kind = "infra"        // infrastructure the daemon starts (the embedded broker): plugin.BrokerOpener (core/plugin)
 	KindTransport    Kind = "transport"    // task transports: plugin.TransportOpener (core/plugin)
 	KindSessionStore Kind = "sessionstore" // session continuity's store (sessions.db): session.StoreOpener (core/session)
+	KindSessions     Kind = "sessions"     // session continuity as the daemon runs it: daemon.SessionsOpener (core/daemon)
 	KindBrain        Kind = "brain"        // model providers: brain.Factory (core/brain)
 	KindTool         Kind = "tool"         // tools the brain can call: tool.Tool (core/tool)
 	KindMCP          Kind = "mcp"          // the client of Model Context Protocol servers' tools: host.ToolSource (core/host)

@@ -31,13 +31,11 @@ import (
 	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/logx"
-	"github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/core/tool"
 	"github.com/openstarry/openstarry-edge/core/update"
 	"github.com/openstarry/openstarry-edge/transport/enroll"
 	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
-	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 	"github.com/openstarry/openstarry-edge/transport/webui"
 )
 
@@ -129,13 +127,13 @@ func RunDaemon(ctx context.Context, o Options) error {
 	return err
 }
 
-// daemonSessions hands the daemon session continuity: the store of this
-// build (the plugin sessionstore.sqlite, storage/sessionsql, linked by the
-// binary's blank imports) and the session API (transport/sessionapi), or
-// why there is none.
+// daemonSessions hands the daemon session continuity: the plugin
+// sessions.daemon (transport/sessionapi) over the store sessionstore.sqlite
+// (storage/sessionsql), both blank imports of the binary's
+// plugins_sqlite.go, or why there is none (a build with -tags nosqlite).
 func daemonSessions() daemon.Sessions {
-	open, missing := session.LookupStore("sqlite")
-	return daemon.Sessions{Store: open, Missing: missing, Routes: sessionapi.Routes}
+	link, missing := daemon.LookupSessions("sqlite")
+	return daemon.Sessions{Link: link, Missing: missing}
 }
 
 // fleetWebOptions: the web UI's fleet view reads the hub the daemon is
