@@ -7,7 +7,7 @@ import "github.com/openstarry/openstarry-edge/core/plugin"
 // Without SQLite: no sqlite:// store, no fts:// memory engine (an FTS5
 // index in a SQLite file) and no session continuity (its store,
 // sessions.db, is a SQLite file): the daemon is handed none and says so
-// (plugins.go's daemonSessions), and the commands say so too
+// (the wiring's daemonSessions), and the commands say so too
 // (sessions_nosqlite.go: without it, the CLI's session client would link
 // core/session into the small build, over its size budget).
 func init() {
