@@ -124,7 +124,7 @@ func TestSessionLink(t *testing.T) {
 	if link.agents == nil || link.agents.Master() != "master" {
 		t.Fatalf("the link was started without the agents: %v", link.log())
 	}
-	resp, err := http.Get(e.d.httpAddr + "/projects")
+	resp, err := http.Get(e.d.httpd.addr + "/projects")
 	if err != nil {
 		t.Fatal(err)
 	}
