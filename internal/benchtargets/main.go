@@ -164,24 +164,18 @@ func num(v float64) string {
 // the input has several), the baseline, the goal and whether it is met.
 func table(w io.Writer, t targets, r results) {
 	fmt.Fprintf(w, "\nissue #%d: each figure of this run beside its baseline\n", t.Issue)
-	const row = "%-34s %-44s %-18s %9s %11s %-30s %9s  %s\n"
-	fmt.Fprintf(w, row, "target", "benchmark", "figure", "this run", "baseline", "(recorded at)", "goal", "")
+	const row = "%-34s %-44s %-18s %9s %12s  %-36s %9s  %s\n"
+	fmt.Fprintf(w, row, "target", "benchmark", "figure", "this run", "baseline", "baseline measured at", "goal", "")
 	for _, f := range t.Figures {
 		goal := "<= " + num(f.Goal)
 		if f.Better == "higher" {
 			goal = ">= " + num(f.Goal)
-		}
-		baseline := f.Baseline.String()
-		if f.Baseline == (Range{}) && f.Goal == 0 {
-			baseline, goal = "-", "half"
 		}
 		run, verdict := "-", "not in this run"
 		if v, ok := r[key(f.Bench, f.Metric)]; ok {
 			m := median(v)
 			run = num(m)
 			switch {
-			case goal == "half":
-				verdict = ""
 			case f.Better == "lower" && m <= f.Goal, f.Better == "higher" && m >= f.Goal:
 				verdict = "met"
 			default:
@@ -191,7 +185,7 @@ func table(w io.Writer, t targets, r results) {
 				verdict += fmt.Sprintf(" (%.2fx the baseline)", m/((f.Baseline.Low+f.Baseline.High)/2))
 			}
 		}
-		fmt.Fprintf(w, row, f.Target, f.Bench, f.Metric, run, baseline, "("+f.Source+")", goal, verdict)
+		fmt.Fprintf(w, row, f.Target, f.Bench, f.Metric, run, f.Baseline.String(), f.Source, goal, verdict)
 	}
 }
 

@@ -80,11 +80,11 @@ func TestTable(t *testing.T) {
 	var out bytes.Buffer
 	table(&out, tg, r)
 	for _, want := range []string{
-		`BenchmarkEndToEndHTTP/clients=8 +cpu-ms/task +0\.200 +0\.380 +\(#35\) +<= 0\.190 +not met \(0\.53x the baseline\)`,
-		`BenchmarkEndToEndHTTP/sequential +x_raw +4\.25 +4\.00-4\.20 +\(#35\) +<= 3\.00 +not met`,
-		`BenchmarkMQTTIngress/embedded +relay-ratio +0\.900 +0\.440 +\(#35\) +>= 0\.800 +met`,
-		`BenchmarkMQTTIngress/mosquitto +relay-ratio +- +0\.280 +\(#35\) +>= 0\.800 +not in this run`,
-		`openstarry-small-linux-armv6 +headroom-MiB +0\.030 +0\.050 +\(main\) +>= 1\.00 +not met`,
+		`BenchmarkEndToEndHTTP/clients=8 +cpu-ms/task +0\.200 +0\.380 +#35 +<= 0\.190 +not met \(0\.53x the baseline\)`,
+		`BenchmarkEndToEndHTTP/sequential +x_raw +4\.25 +4\.00-4\.20 +#35 +<= 3\.00 +not met`,
+		`BenchmarkMQTTIngress/embedded +relay-ratio +0\.900 +0\.440 +#35 +>= 0\.800 +met`,
+		`BenchmarkMQTTIngress/mosquitto +relay-ratio +- +0\.280 +#35 +>= 0\.800 +not in this run`,
+		`openstarry-small-linux-armv6 +headroom-MiB +0\.030 +0\.050 +main +>= 1\.00 +not met`,
 	} {
 		if !regexp.MustCompile(want).MatchString(out.String()) {
 			t.Errorf("no line matching %s in\n%s", want, out.String())
