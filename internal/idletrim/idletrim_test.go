@@ -44,10 +44,10 @@ func TestObserve(t *testing.T) {
 	}
 }
 
-// TestDefaults: a zero Options reads every 10 s, trims after 1 MiB.
+// TestDefaults: a zero Options reads every 10 s, trims after 256 KiB.
 func TestDefaults(t *testing.T) {
 	o := Options{}.withDefaults()
-	if o.Interval != 10*time.Second || o.Busy != 1<<20 || o.Quiet != 64<<10 {
+	if o.Interval != 10*time.Second || o.Busy != 256<<10 || o.Quiet != 64<<10 {
 		t.Fatalf("defaults %+v", o)
 	}
 }
