@@ -17,7 +17,6 @@ import (
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/host"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/internal/idletrim"
 	"github.com/openstarry/openstarry-edge/transport/httpapi"
 )
 
@@ -112,7 +111,6 @@ func runAgent(ctx context.Context, f runFlags) error {
 	// passed on to what the agent starts (MCP servers).
 	localToken := os.Getenv(control.EnvAPIToken)
 	os.Unsetenv(control.EnvAPIToken)
-	go idletrim.Run(ctx, idletrim.Options{}) // an idle agent returns its garbage's pages
 	err = host.Run(ctx, host.Options{
 		AgentID:  f.agent,
 		Template: f.template,

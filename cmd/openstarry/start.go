@@ -19,7 +19,6 @@ import (
 	"github.com/openstarry/openstarry-edge/core/config"
 	"github.com/openstarry/openstarry-edge/core/daemon"
 	"github.com/openstarry/openstarry-edge/core/logx"
-	"github.com/openstarry/openstarry-edge/internal/idletrim"
 	"github.com/openstarry/openstarry-edge/transport/fleet"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/webui"
@@ -134,7 +133,6 @@ func runDaemon(ctx context.Context, cfg *config.Config, log zerolog.Logger) erro
 // telemetry riding on its connection), and the web UI on the HTTP
 // listener. The agents' log lines go to childLog.
 func runDaemonTo(ctx context.Context, cfg *config.Config, log zerolog.Logger, childLog io.Writer) error {
-	go idletrim.Run(ctx, idletrim.Options{}) // an idle daemon returns its garbage's pages
 	res, err := templateResolver(cfg.Design, cfg.Data)
 	if err != nil {
 		return err
