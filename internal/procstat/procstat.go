@@ -1,5 +1,6 @@
 // Package procstat reads a process's memory figures from Linux's
-// /proc/PID/status (VmRSS, VmHWM, RssFile, RssAnon, …), for the tests and
+// /proc/PID/status (VmRSS, VmHWM, RssFile, RssAnon, …) and
+// /proc/PID/smaps_rollup (its private and shared pages), for the tests and
 // benchmarks that measure a real process.
 package procstat
 
