@@ -112,8 +112,13 @@ type wearProc struct {
 }
 
 var (
-	wearHTTPRe   = regexp.MustCompile(`"message":"(?:daemon listening on |listening on http://)([0-9.]+:[0-9]+)"`)
-	wearMasterRe = regexp.MustCompile(`"agent":"master","pid":(\d+)`)
+	// The daemon's listener in daemon mode (its line says "daemon
+	// listening on http://…"; the master's own listener, which takes only
+	// the daemon's token, is logged as "listening on http://…" after it),
+	// the agent's in run mode.
+	wearDaemonHTTPRe = regexp.MustCompile(`"message":"daemon listening on (?:http://)?([0-9.]+:[0-9]+)"`)
+	wearRunHTTPRe    = regexp.MustCompile(`"message":"listening on http://([0-9.]+:[0-9]+)"`)
+	wearMasterRe     = regexp.MustCompile(`"agent":"master","pid":(\d+)`)
 )
 
 // diskDir makes a short directory under /var/tmp and checks that it is on
@@ -166,7 +171,11 @@ func startWearProc(tb testing.TB, daemon bool) *wearProc {
 		if m := brokerLineRe.FindStringSubmatch(logs); m != nil {
 			p.brokerURL = "tcp://" + m[1]
 		}
-		if m := wearHTTPRe.FindStringSubmatch(logs); m != nil {
+		httpRe := wearRunHTTPRe
+		if daemon {
+			httpRe = wearDaemonHTTPRe
+		}
+		if m := httpRe.FindStringSubmatch(logs); m != nil {
 			p.httpURL = "http://" + m[1]
 		}
 		if m := wearMasterRe.FindStringSubmatch(logs); m != nil && daemon {

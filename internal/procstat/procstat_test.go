@@ -26,3 +26,21 @@ func TestSelf(t *testing.T) {
 		t.Fatalf("MiB: %v, %v", mib, err)
 	}
 }
+
+// TestRollup reads this process's smaps_rollup: private and shared add up
+// to the resident set, and anonymous memory is private.
+func TestRollup(t *testing.T) {
+	m, err := Rollup(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Rss <= 0 || m.Private+m.Shared != m.Rss {
+		t.Errorf("private %d + shared %d != rss %d", m.Private, m.Shared, m.Rss)
+	}
+	if m.Anonymous <= 0 || m.Anonymous > m.Private {
+		t.Errorf("anonymous %d, private %d", m.Anonymous, m.Private)
+	}
+	if _, err := Rollup(-1); err == nil {
+		t.Error("no error for a process that does not exist")
+	}
+}

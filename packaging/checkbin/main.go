@@ -1,10 +1,12 @@
 // Command checkbin checks release binaries before they ship: each must be
 // static (an ELF without an interpreter or needed libraries; any binary
-// built with CGO_ENABLED=0) and no larger than its size budget. It prints
-// one line per binary with its size. build.sh runs it; it is a build tool,
-// not part of the openstarry binary.
+// built with CGO_ENABLED=0) and at least its headroom under its size
+// budget, so that the next feature does not break the build. It prints one
+// line per binary with its size, its budget and its headroom (the budget
+// less the size). build.sh runs it; it is a build tool, not part of the
+// openstarry binary.
 //
-//	go run ./packaging/checkbin -max 20 dist/openstarry-linux-arm64 ...
+//	go run ./packaging/checkbin -max 20 -headroom 1 dist/openstarry-linux-arm64 ...
 package main
 
 import (
@@ -16,12 +18,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 )
 
 func main() {
 	maxMiB := flag.Float64("max", 20, "size budget of each binary, MiB")
+	headroomMiB := flag.Float64("headroom", 0, "how far under its budget each binary must stay, MiB")
 	flag.Usage = func() {
-		fmt.Fprintln(os.Stderr, "usage: checkbin [-max MiB] BINARY...")
+		fmt.Fprintln(os.Stderr, "usage: checkbin [-max MiB] [-headroom MiB] BINARY...")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -31,13 +35,13 @@ func main() {
 	}
 	failed := false
 	for _, path := range flag.Args() {
-		r, err := check(path, int64(*maxMiB*(1<<20)))
+		r, err := check(path, int64(*maxMiB*(1<<20)), int64(*headroomMiB*(1<<20)))
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "checkbin: %s: %v\n", path, err)
 			failed = true
 			continue
 		}
-		fmt.Printf("%-44s %6.2f MiB  %s  static  (budget %.0f MiB)\n", path, float64(r.size)/(1<<20), r.platform, *maxMiB)
+		fmt.Printf("%-44s %6.2f MiB  %s  static  (budget %s MiB)  headroom %.2f MiB\n", path, mib(r.size), r.platform, strconv.FormatFloat(*maxMiB, 'f', -1, 64), *maxMiB-mib(r.size))
 	}
 	if failed {
 		os.Exit(1)
@@ -49,8 +53,11 @@ type result struct {
 	platform string
 }
 
-// check reports what is wrong with one binary.
-func check(path string, max int64) (result, error) {
+func mib(n int64) float64 { return float64(n) / (1 << 20) }
+
+// check reports what is wrong with one binary: not static, or less than
+// headroom bytes under max.
+func check(path string, max, headroom int64) (result, error) {
 	var r result
 	f, err := os.Open(path)
 	if err != nil {
@@ -81,10 +88,22 @@ func check(path string, max int64) (result, error) {
 	if err := staticImage(f); err != nil {
 		errs = append(errs, err)
 	}
-	if r.size > max {
-		errs = append(errs, fmt.Errorf("%.2f MiB exceeds the budget of %.2f MiB", float64(r.size)/(1<<20), float64(max)/(1<<20)))
+	if err := fits(r.size, max, headroom); err != nil {
+		errs = append(errs, err)
 	}
 	return r, errors.Join(errs...)
+}
+
+// fits says whether a binary of size bytes is at least headroom bytes
+// under its budget of max bytes.
+func fits(size, max, headroom int64) error {
+	switch {
+	case size > max:
+		return fmt.Errorf("%.2f MiB exceeds the budget of %.2f MiB", mib(size), mib(max))
+	case max-size < headroom:
+		return fmt.Errorf("%.2f MiB leaves %.2f MiB of the budget of %.2f MiB, less than the %.2f MiB of headroom a release needs: make it smaller (./build.sh sizes TARGET lists the bytes per package) or raise the budget in build.sh, saying why", mib(size), mib(max-size), mib(max), mib(headroom))
+	}
+	return nil
 }
 
 // staticImage checks an ELF for an interpreter or needed shared libraries.
