@@ -644,14 +644,17 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		a.tx = tx // rolled back by rewind on error
 	}
 	log := &a.log
-	log.b = log.b[:0]
+	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
 	if cap(log.b) > maxKeptLog {
 		log.b = nil // a Save too large for the journal: not kept
+	}
+	if a.jr == nil || s.tune.journalSize <= 0 {
+		log.over = true // no journal: the Save folds, its operations are not needed
 	}
 	if st, err = s.write(wtx{Tx: tx, log: log}, a, snap, body); err != nil {
 		return nil, err
 	}
-	if a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
+	if !log.over && a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
 		return st, a.jr.append(log.b) // append copies the operations
 	}
 	return st, s.fold(a, tx)
