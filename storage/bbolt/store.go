@@ -699,8 +699,17 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if !ok {
 		pr, ps = nil, nil // a hole: written in full under fresh keys
 	}
+	// The results appended here are indexed below in the same encoding:
+	// encoded once (index takes them from encoded).
+	encoded := make(map[uint64][]byte)
 	rec.Outbox, st.outbox, err = writeList(b, prefixOutbox, pr, ps, outSeq, len(out), out == nil,
-		func(i int) ([]byte, error) { return json.Marshal(&out[i]) })
+		func(i int) ([]byte, error) {
+			js, err := json.Marshal(&out[i])
+			if err == nil {
+				encoded[out[i].Seq] = js
+			}
+			return js, err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -715,7 +724,7 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if base != nil {
 		rec.TaskNext = base.TaskNext
 	}
-	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext); err != nil {
+	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext, encoded); err != nil {
 		return nil, fmt.Errorf("task index: %w", err)
 	}
 
