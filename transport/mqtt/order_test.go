@@ -56,3 +56,35 @@ func TestMQTTTasksRunInPublishedOrder(t *testing.T) {
 		}
 	})
 }
+
+// TestMQTTFullQueueWaitsUnacknowledged: tasks that find the agent's queue
+// full stay unacknowledged and are handed to it again as it drains, with
+// the same backoff as before SubmitAsync: every task runs once and is
+// answered once, none is dead-lettered or lost.
+func TestMQTTFullQueueWaitsUnacknowledged(t *testing.T) {
+	brokers(t, func(t *testing.T, url string) {
+		const n = 8
+		a := startAgent(t, agentOpts{brokerURL: url, maxQueue: 2})
+		col := mqtttest.Collect(t, url, "full-observer", true, a.client.Topics().Results)
+		pub := publisher(t, url)
+		for i := range n {
+			mqtttest.Publish(t, pub, a.client.Topics().Tasks, sleepTask(fmt.Sprintf("f%d", i), 100))
+		}
+		wait.Until(t, 60*time.Second, "every result", func() error {
+			if got := len(col.Messages(a.client.Topics().Results)); got < n {
+				return fmt.Errorf("%d of %d results (%+v)", got, n, a.client.Stats())
+			}
+			return nil
+		})
+		res := mqtttest.Results(t, col, a.client.Topics().Results)
+		for i := range n {
+			rs := res[fmt.Sprintf("f%d", i)]
+			if len(rs) != 1 || rs[0].Status != "done" {
+				t.Errorf("task f%d: results %+v, want one done", i, rs)
+			}
+		}
+		if st := a.client.Stats(); st.Accepted != n || st.DeadLettered != 0 || st.Duplicates != 0 {
+			t.Errorf("stats %+v: want %d accepted, none dead-lettered or duplicate", st, n)
+		}
+	})
+}
