@@ -110,8 +110,13 @@ func BenchmarkEndToEndMQTT(b *testing.B) {
 		// set_tcp_nodelay: with Mosquitto's default (Nagle's algorithm on
 		// its sockets) a small message waits for the peer's delayed ACK,
 		// and a task took 47 ms instead of 7; docs/figures.md says so to
-		// operators.
-		mq := mqtttest.StartMosquitto(b, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
+		// operators. autosave_on_changes false: the hub saves its
+		// persistence file once a second (autosave_interval 1), as
+		// packaging/mosquitto/hub.conf ships it; mqtttest's default, a save
+		// after every change, rewrote Mosquitto's whole database after each
+		// message, which was 0.4–0.5 ms of its processor time per task and
+		// held every case to about 250 tasks/s, whatever the device did.
+		mq := mqtttest.StartMosquitto(b, mqtttest.Options{Extra: []string{"set_tcp_nodelay true", "autosave_on_changes false"}})
 		data := dataDir(b)
 		c := startDaemon(b, daemonConfig(b, data, "mqtt:\n  broker: "+mq.URL()+"\n  device: bench\n"))
 		c.waitLog("mqtt: connected to "+mq.URL(), 20*time.Second)

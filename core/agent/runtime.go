@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -211,8 +212,13 @@ type Runtime struct {
 	log   zerolog.Logger
 	index ResultIndex // nil when the store keeps no results
 
-	submitCh  chan *submission
-	confirmCh chan uint64
+	submitCh chan *submission
+	// confirmed holds the Seqs Confirm reported and the runtime's goroutine
+	// has not yet dropped from the outbox; a confirmation does not wake it
+	// (the change rides on the next save, which it does not cause).
+	confirmMu sync.Mutex
+	confirmed []uint64
+	anyConf   atomic.Bool // confirmed is not empty
 	intentCh  chan *intent
 	doneCh    chan *outcome
 	snapCh    chan chan *Snapshot
@@ -256,6 +262,16 @@ type Runtime struct {
 type submission struct {
 	ev    Event
 	reply chan SubmitResult
+	done  func(SubmitResult) // SubmitAsync's; nil: reply
+}
+
+// answer gives the submitter its result.
+func (s *submission) answer(res SubmitResult) {
+	if s.done != nil {
+		s.done(res)
+		return
+	}
+	s.reply <- res
 }
 
 // dupAck is a duplicate answered once the state it was seen in is durable.
@@ -323,12 +339,11 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		tools[t.Name] = t
 	}
 	r := &Runtime{
-		cfg:       cfg,
-		tools:     tools,
-		lim:       cfg.limits(),
-		log:       cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
-		submitCh:  make(chan *submission, 1024),
-		confirmCh: make(chan uint64, 1024),
+		cfg:      cfg,
+		tools:    tools,
+		lim:      cfg.limits(),
+		log:      cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
+		submitCh: make(chan *submission, 1024),
 		// Buffered, every one, so that pending sees what was sent; one
 		// tick runs at a time, with at most one intent or outcome.
 		intentCh: make(chan *intent, 1),
@@ -475,11 +490,67 @@ func (r *Runtime) Submit(ctx context.Context, ev Event) SubmitResult {
 	}
 }
 
-// Confirm reports that the result with this Seq reached its destination.
-func (r *Runtime) Confirm(seq uint64) {
+// SubmitAsync is Submit without waiting: done is called once, with what
+// Submit would have returned, on the runtime's goroutine (then it must not
+// block) or on the caller's. The caller acknowledges its source only after a
+// nil Err, as with Submit. Submissions of one caller are queued in the order
+// it made them.
+func (r *Runtime) SubmitAsync(ctx context.Context, ev Event, done func(SubmitResult)) {
+	sub := &submission{ev: ev, done: done}
 	select {
-	case r.confirmCh <- seq:
+	case r.submitCh <- sub:
 	case <-r.exited:
+		done(SubmitResult{Err: ErrStopped})
+		return
+	case <-ctx.Done():
+		done(SubmitResult{Err: ctx.Err()})
+		return
+	}
+	select {
+	case <-r.exited:
+		// Sent while or after the loop ended: whatever is still queued
+		// is answered here (by whichever caller finds it).
+		r.drainSubmits()
+	default:
+	}
+}
+
+// drainSubmits answers the submissions left in submitCh once the loop has
+// ended.
+func (r *Runtime) drainSubmits() {
+	for {
+		select {
+		case sub := <-r.submitCh:
+			sub.answer(SubmitResult{Err: ErrStopped})
+		default:
+			return
+		}
+	}
+}
+
+// Confirm reports that the result with this Seq reached its destination.
+// It never blocks and does not wake the runtime: the result leaves the
+// outbox before the next save.
+func (r *Runtime) Confirm(seq uint64) {
+	r.confirmMu.Lock()
+	r.confirmed = append(r.confirmed, seq)
+	r.anyConf.Store(true)
+	r.confirmMu.Unlock()
+}
+
+// takeConfirmed drops the confirmed results from the outbox; the runtime's
+// goroutine calls it before it saves or shows the snapshot.
+func (r *Runtime) takeConfirmed() {
+	if !r.anyConf.Load() {
+		return
+	}
+	r.confirmMu.Lock()
+	seqs := r.confirmed
+	r.confirmed = nil
+	r.anyConf.Store(false)
+	r.confirmMu.Unlock()
+	for _, seq := range seqs {
+		r.st.confirm(seq)
 	}
 }
 
@@ -570,7 +641,10 @@ func (r *Runtime) closeArtifacts() {
 func isNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
 func (r *Runtime) loop() {
-	defer close(r.exited)
+	defer func() {
+		close(r.exited)
+		r.drainSubmits() // what SubmitAsync queued meanwhile
+	}()
 	defer r.closeArtifacts()
 	for {
 		if r.stopping && !r.busy {
@@ -618,13 +692,12 @@ func (r *Runtime) receive() {
 	select {
 	case sub := <-r.submitCh:
 		r.handleSubmit(sub)
-	case seq := <-r.confirmCh:
-		r.handleConfirm(seq)
 	case in := <-r.intentCh:
 		r.handleIntent(in)
 	case out := <-r.doneCh:
 		r.handleOutcome(out)
 	case ch := <-r.snapCh:
+		r.takeConfirmed()
 		ch <- r.st.snap.Clone()
 	case <-holdC:
 		r.expired = true
@@ -636,7 +709,7 @@ func (r *Runtime) receive() {
 // pending reports whether a message is waiting; every channel receive
 // reads is buffered, so a sender that has sent is seen here.
 func (r *Runtime) pending() bool {
-	return len(r.submitCh) > 0 || len(r.confirmCh) > 0 || len(r.intentCh) > 0 ||
+	return len(r.submitCh) > 0 || len(r.intentCh) > 0 ||
 		len(r.doneCh) > 0 || len(r.snapCh) > 0
 }
 
@@ -661,7 +734,7 @@ func (r *Runtime) commit(ctx context.Context) error {
 func (r *Runtime) handleSubmit(sub *submission) {
 	ev := sub.ev
 	if r.stopping {
-		sub.reply <- SubmitResult{Err: ErrStopping}
+		sub.answer(SubmitResult{Err: ErrStopping})
 		return
 	}
 	if ev.ID != "" {
@@ -672,7 +745,7 @@ func (r *Runtime) handleSubmit(sub *submission) {
 				r.dupAcks = append(r.dupAcks, dupAck{sub: sub, state: st})
 				return
 			}
-			sub.reply <- SubmitResult{State: st, Duplicate: true}
+			sub.answer(SubmitResult{State: st, Duplicate: true})
 			return
 		}
 	}
@@ -680,7 +753,7 @@ func (r *Runtime) handleSubmit(sub *submission) {
 		ev.ReceivedAt = r.nowMs()
 	}
 	if err := r.st.accept(ev); err != nil {
-		sub.reply <- SubmitResult{Err: err}
+		sub.answer(SubmitResult{Err: err})
 		return
 	}
 	r.dirty = true
@@ -712,12 +785,6 @@ func (r *Runtime) indexState(id string) (TaskState, bool) {
 		return TaskState{}, false
 	}
 	return stateOf(res), true
-}
-
-// handleConfirm drops a delivered result from the outbox; the change rides
-// on the next save, which it does not cause.
-func (r *Runtime) handleConfirm(seq uint64) {
-	r.st.confirm(seq)
 }
 
 func (r *Runtime) handleIntent(in *intent) {
@@ -757,6 +824,7 @@ func (r *Runtime) handleOutcome(out *outcome) {
 }
 
 func (r *Runtime) save(ctx context.Context) error {
+	r.takeConfirmed()
 	s := r.st.snap
 	s.Timestamp = r.nowMs()
 	if r.cfg.BeforeSave != nil {
@@ -800,7 +868,7 @@ func (r *Runtime) release() {
 	r.mu.Unlock()
 
 	for _, sub := range r.acks {
-		sub.reply <- SubmitResult{State: TaskState{TaskID: sub.ev.ID, AgentID: r.cfg.AgentID, Status: TaskQueued}}
+		sub.answer(SubmitResult{State: TaskState{TaskID: sub.ev.ID, AgentID: r.cfg.AgentID, Status: TaskQueued}})
 	}
 	r.acks = r.acks[:0]
 	for _, d := range r.dupAcks {
@@ -808,7 +876,7 @@ func (r *Runtime) release() {
 		if now, ok := r.st.duplicate(d.sub.ev.ID, r.memoryState, r.indexState); ok {
 			st = now
 		}
-		d.sub.reply <- SubmitResult{State: st, Duplicate: true}
+		d.sub.answer(SubmitResult{State: st, Duplicate: true})
 	}
 	r.dupAcks = r.dupAcks[:0]
 	for _, in := range r.intentAcks {
@@ -857,7 +925,7 @@ const recentResults = 1024
 func (r *Runtime) fail(err error) {
 	r.log.Error().Err(err).Msg("save failed: stopping without acknowledging; the last durable snapshot stands")
 	for _, sub := range r.acks {
-		sub.reply <- SubmitResult{Err: err}
+		sub.answer(SubmitResult{Err: err})
 	}
 	r.acks = nil
 	for _, in := range r.intentAcks {
@@ -865,7 +933,7 @@ func (r *Runtime) fail(err error) {
 	}
 	r.intentAcks = nil
 	for _, d := range r.dupAcks {
-		d.sub.reply <- SubmitResult{Err: err}
+		d.sub.answer(SubmitResult{Err: err})
 	}
 	r.dupAcks = nil
 	r.exitErr = err

@@ -98,6 +98,12 @@ type Event struct {
 	Payload    json.RawMessage `json:"payload"`
 	ID         string          `json:"id,omitempty"`
 	ReceivedAt int64           `json:"received_at,omitempty"` // Unix ms
+
+	// task is what Payload decodes to, when TaskEvent made the event from
+	// a task DecodeTask read: the tick takes it instead of decoding the
+	// payload a second time. It is never stored: an event loaded from a
+	// snapshot has none and is decoded.
+	task *Task
 }
 
 // Result statuses of a finished task.

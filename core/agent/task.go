@@ -141,5 +141,18 @@ func TaskEvent(t *Task, source string, nowMs int64) (Event, error) {
 			return Event{}, err
 		}
 	}
-	return Event{Source: source, Type: "task", Payload: payload, ID: t.TaskID, ReceivedAt: nowMs}, nil
+	ev := Event{Source: source, Type: "task", Payload: payload, ID: t.TaskID, ReceivedAt: nowMs}
+	if t.raw != nil {
+		// The tick takes the decoded task (decoding the payload again
+		// cost a 1 KiB task as much as DecodeTask did). Its input points
+		// into the payload, which holds the same bytes, rather than keep
+		// a second copy while the task is queued.
+		dt := *t
+		dt.raw = nil
+		if i := bytes.Index(t.raw, t.Input); i >= 0 && len(t.Input) > 0 {
+			dt.Input = json.RawMessage(t.raw[i : i+len(t.Input) : i+len(t.Input)])
+		}
+		ev.task = &dt
+	}
+	return ev, nil
 }

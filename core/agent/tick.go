@@ -53,7 +53,9 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 		return out
 	}
 	var task Task
-	if err := json.Unmarshal(ev.Payload, &task); err != nil {
+	if ev.task != nil {
+		task = *ev.task // decoded when it was received (TaskEvent)
+	} else if err := json.Unmarshal(ev.Payload, &task); err != nil {
 		out.result = Result{TaskID: ev.ID, Status: ResultFailed, Source: ev.Source,
 			Error: "undecodable task payload: " + err.Error()}
 		return out

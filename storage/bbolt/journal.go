@@ -122,16 +122,29 @@ func bucketOfID(id byte) []byte {
 	return nil
 }
 
-// opLog collects the operations of one Save.
-type opLog struct{ b []byte }
+// opLog collects the operations of one Save. Operations that outgrow
+// limit can never go to the journal, and a fold commits them instead: the
+// log then stops collecting them (over), rather than copy a large Save (a
+// burst of tasks made durable at once) for nothing.
+type opLog struct {
+	b     []byte
+	limit int64 // bytes; the log is over past them (0: no limit)
+	over  bool  // the operations are not all in b: the Save must fold
+}
 
 func (l *opLog) add(kind, bucket byte, k, v []byte) {
+	if l.over {
+		return
+	}
 	l.b = append(l.b, kind, bucket)
 	l.b = binary.AppendUvarint(l.b, uint64(len(k)))
 	l.b = append(l.b, k...)
 	if kind == opPut {
 		l.b = binary.AppendUvarint(l.b, uint64(len(v)))
 		l.b = append(l.b, v...)
+	}
+	if l.limit > 0 && int64(len(l.b)) > l.limit {
+		l.over, l.b = true, l.b[:0]
 	}
 }
 

@@ -536,3 +536,51 @@ func subsequence[T any](sub, list []T) bool {
 	}
 	return true
 }
+
+// TestJournalLargeSaveFolds: a Save whose operations outgrow the journal (a
+// burst of tasks made durable at once) is folded into state.db without
+// collecting its operations past the journal's size, and leaves the journal
+// to the Saves after it; a stop after either loads what was saved.
+func TestJournalLargeSaveFolds(t *testing.T) {
+	dir := t.TempDir()
+	small := Options{tune: func(tu *tuning) { tu.journalSize = 8 << 10 }}
+	s := mustOpen(t, dir, small)
+	snap := storagetest.Sample("big", 1)
+	mustSave(t, s, snap)
+	a, _ := s.agents.Get("big")
+	db := agentDB(t, s, "big")
+	written := func() int64 { st := db.Stats(); return st.TxStats.GetWrite() }
+
+	// 64 KiB of new messages: eight times the journal.
+	snap = snap.Clone()
+	snap.TickIndex++
+	for i := range 64 {
+		snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory,
+			agent.Message{Role: "user", Content: strings.Repeat(fmt.Sprint(i%10), 1024)})
+	}
+	before, off := written(), a.jr.off
+	mustSave(t, s, snap)
+	if written() == before {
+		t.Fatal("a Save larger than the journal did not commit to state.db")
+	}
+	if a.jr.off > off {
+		t.Fatalf("a Save larger than the journal went to it (offset %d → %d)", off, a.jr.off)
+	}
+	if !a.log.over || len(a.log.b) != 0 || int64(cap(a.log.b)) > 2*(8<<10) {
+		t.Errorf("operations buffer after a large Save: over %v, %d bytes, capacity %d; want over, empty, at most twice the journal",
+			a.log.over, len(a.log.b), cap(a.log.b))
+	}
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "big", nil), small), snap)
+
+	// The next Save is small: it goes to the journal.
+	snap = snap.Clone()
+	snap.TickIndex++
+	snap.Memory.ShortTermHistory = append(snap.Memory.ShortTermHistory, agent.Message{Role: "user", Content: "small"})
+	before, off = written(), a.jr.off
+	mustSave(t, s, snap)
+	if written() != before || a.jr.off <= off {
+		t.Fatalf("a small Save after a large one: %d pages of state.db, journal offset %d → %d; want the journal",
+			written()-before, off, a.jr.off)
+	}
+	checkLoad(t, mustOpen(t, copyAgent(t, dir, "big", nil), small), snap)
+}

@@ -669,14 +669,17 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		a.tx = tx // rolled back by rewind on error
 	}
 	log := &a.log
-	log.b = log.b[:0]
+	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
 	if cap(log.b) > maxKeptLog {
 		log.b = nil // a Save too large for the journal: not kept
+	}
+	if a.jr == nil || s.tune.journalSize <= 0 {
+		log.over = true // no journal: the Save folds, its operations are not needed
 	}
 	if st, err = s.write(wtx{Tx: tx, log: log}, a, snap, body); err != nil {
 		return nil, err
 	}
-	if a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
+	if !log.over && a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
 		return st, a.jr.append(log.b) // append copies the operations
 	}
 	return st, s.fold(a, tx)
@@ -721,8 +724,17 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if !ok {
 		pr, ps = nil, nil // a hole: written in full under fresh keys
 	}
+	// The results appended here are indexed below in the same encoding:
+	// encoded once (index takes them from encoded).
+	encoded := make(map[uint64][]byte)
 	rec.Outbox, st.outbox, err = writeList(b, prefixOutbox, pr, ps, outSeq, len(out), out == nil,
-		func(i int) ([]byte, error) { return json.Marshal(&out[i]) })
+		func(i int) ([]byte, error) {
+			js, err := json.Marshal(&out[i])
+			if err == nil {
+				encoded[out[i].Seq] = js
+			}
+			return js, err
+		})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
 	}
@@ -737,7 +749,7 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if base != nil {
 		rec.TaskNext = base.TaskNext
 	}
-	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext); err != nil {
+	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext, encoded); err != nil {
 		return nil, fmt.Errorf("task index: %w", err)
 	}
 

@@ -18,7 +18,7 @@ import (
 // Seq of at least next into the task index, prunes the index beyond
 // retention, and returns the new next. A result whose task id is not a valid
 // id (agent.ValidateID) cannot be looked up and is skipped with a warning.
-func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64) (uint64, error) {
+func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uint64][]byte) (uint64, error) {
 	b := tx.bucket(bucketTasks)
 	newNext := next
 	for i := range snap.Outbox {
@@ -40,7 +40,7 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64) (uint64, error)
 				return 0, err
 			}
 		}
-		if err := putResult(b, r, snap.Timestamp); err != nil {
+		if err := putResult(b, r, snap.Timestamp, encoded[r.Seq]); err != nil {
 			return 0, err
 		}
 	}
@@ -53,11 +53,14 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64) (uint64, error)
 }
 
 // putResult indexes one result by task id and by the time it finished
-// (the snapshot's time when it does not say).
-func putResult(b *wbucket, r *agent.Result, snapMs int64) error {
-	js, err := json.Marshal(r)
-	if err != nil {
-		return fmt.Errorf("result %s: %w", r.TaskID, err)
+// (the snapshot's time when it does not say). js is the result's JSON
+// when the Save already encoded it (nil: encoded here).
+func putResult(b *wbucket, r *agent.Result, snapMs int64, js []byte) error {
+	if js == nil {
+		var err error
+		if js, err = json.Marshal(r); err != nil {
+			return fmt.Errorf("result %s: %w", r.TaskID, err)
+		}
 	}
 	ms := r.FinishedAt
 	if ms == 0 {

@@ -271,29 +271,43 @@ func (c *gateConn) expect(g *gate) {
 func (c *gateConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	out := p[:0:0]
+	// out is what goes out: p itself while nothing in it is held (most
+	// writes: no copy), else a copy without the held PUBACKs.
+	var out []byte
+	copied := false
 	rest := p
 	for len(rest) > 0 {
 		n, ok := packetLen(rest)
 		if !ok { // not whole packets: pass the rest as it is
-			out = append(out, rest...)
+			if copied {
+				out = append(out, rest...)
+			}
 			break
 		}
 		pkt := rest[:n]
 		rest = rest[n:]
-		if pkt[0]>>4 != packets.Puback || n < 1+varintLen(pkt[1:])+2 {
+		pass := true
+		if pkt[0]>>4 == packets.Puback && n >= 1+varintLen(pkt[1:])+2 {
+			hdr := 1 + varintLen(pkt[1:])
+			id := uint16(pkt[hdr])<<8 | uint16(pkt[hdr+1])
+			g := c.gates[id]
+			if len(c.held) > 0 || (g != nil && !g.open.Load()) {
+				c.held = append(c.held, heldAck{id: id, raw: append([]byte(nil), pkt...)})
+				pass = false
+			} else {
+				delete(c.gates, id)
+			}
+		}
+		switch {
+		case !pass && !copied:
+			out = append(make([]byte, 0, len(p)), p[:len(p)-len(rest)-n]...)
+			copied = true
+		case pass && copied:
 			out = append(out, pkt...)
-			continue
 		}
-		hdr := 1 + varintLen(pkt[1:])
-		id := uint16(pkt[hdr])<<8 | uint16(pkt[hdr+1])
-		g := c.gates[id]
-		if len(c.held) > 0 || (g != nil && !g.open.Load()) {
-			c.held = append(c.held, heldAck{id: id, raw: append([]byte(nil), pkt...)})
-			continue
-		}
-		delete(c.gates, id)
-		out = append(out, pkt...)
+	}
+	if !copied {
+		out = p
 	}
 	if len(out) > 0 {
 		if _, err := c.Conn.Write(out); err != nil {

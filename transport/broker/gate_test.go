@@ -143,13 +143,51 @@ func TestGateConnWrite(t *testing.T) {
 	}
 }
 
+// TestGateConnWriteHeldInTheMiddle: a PUBACK held in the middle of a write
+// leaves what came before it and what follows it to pass, in order; a
+// write with nothing held goes out as it is, not copied.
+func TestGateConnWriteHeldInTheMiddle(t *testing.T) {
+	r := &recorder{}
+	c := &gateConn{Conn: r, gates: map[uint16]*gate{}}
+	g := &gate{id: 7}
+	c.expect(g)
+	puback := func(id byte) []byte { return []byte{0x40, 2, 0, id} }
+	publish := []byte{0x30, 3, 0, 1, 'x'}
+	in := append(append(append(append([]byte(nil), publish...), puback(3)...), puback(7)...), publish...)
+	if n, err := c.Write(in); n != len(in) || err != nil {
+		t.Fatalf("Write: %d %v", n, err)
+	}
+	want := append(append(append([]byte(nil), publish...), puback(3)...), publish...)
+	if string(r.b) != string(want) {
+		t.Fatalf("passed % x, want % x", r.b, want)
+	}
+	g.open.Store(true)
+	c.release()
+	if want = append(want, puback(7)...); string(r.b) != string(want) {
+		t.Fatalf("after release % x, want % x", r.b, want)
+	}
+
+	r.b, r.last = nil, nil
+	pass := append(append([]byte(nil), publish...), puback(9)...)
+	if _, err := c.Write(pass); err != nil {
+		t.Fatal(err)
+	}
+	if string(r.b) != string(pass) || &r.last[0] != &pass[0] {
+		t.Fatalf("a write with nothing held: passed % x (copied: %v), want % x as it is", r.b, &r.last[0] != &pass[0], pass)
+	}
+}
+
 // recorder is a net.Conn that keeps what is written.
 type recorder struct {
 	net.Conn
-	b []byte
+	b    []byte
+	last []byte // the slice of the last Write
 }
 
-func (r *recorder) Write(p []byte) (int, error) { r.b = append(r.b, p...); return len(p), nil }
+func (r *recorder) Write(p []byte) (int, error) {
+	r.b, r.last = append(r.b, p...), p
+	return len(p), nil
+}
 
 // FuzzGateConnWrite: whatever mochi writes, a connection with no gate
 // passes it unchanged, and one whose every PUBACK is held never panics and

@@ -3,7 +3,10 @@ package mqtt_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -38,7 +41,13 @@ import (
 //     could reach with an agent that did no work and kept nothing;
 //   - ratio: results/s over broker-msgs/s (target ≥ 0.8); ack-ratio:
 //     tasks/s over broker-msgs/s; stock-ratio: results/s over stock-msgs/s;
-//     relay-ratio: results/s over relay-msgs/s.
+//     relay-ratio: results/s over relay-msgs/s;
+//   - cpu-us/task and relay-cpu-us/msg: the processor time of this process
+//     (publisher, subscribers, relay, agent, and the embedded broker) and of
+//     the Mosquitto, per task of the agent's rounds and per message of the
+//     relay's (Linux; 0 elsewhere); cpu-relay-ratio: relay-cpu-us/msg over
+//     cpu-us/task. Both cases are bound by the processor: on a machine
+//     that others share, the rates move with their load while these stay.
 //
 // The three are measured in alternating rounds, and each figure is the
 // median of its rounds, so that a drift of the machine's speed during the
@@ -49,7 +58,7 @@ import (
 func BenchmarkMQTTIngress(b *testing.B) {
 	b.Run("mosquitto", func(b *testing.B) {
 		m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true})
-		benchIngress(b, m.URL())
+		benchIngress(b, m.URL(), m.PID())
 	})
 	b.Run("embedded", func(b *testing.B) {
 		br, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(b).Level(3)})
@@ -57,15 +66,44 @@ func BenchmarkMQTTIngress(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { br.Close() })
-		benchIngress(b, br.URL())
+		benchIngress(b, br.URL(), 0)
 	})
+}
+
+// procCPU is the processor time process pid (0: this one) has used, from
+// /proc/PID/task/*/schedstat; 0 where there is no /proc.
+func procCPU(pid int) time.Duration {
+	dir := "/proc/self/task"
+	if pid != 0 {
+		dir = fmt.Sprintf("/proc/%d/task", pid)
+	}
+	tasks, _ := filepath.Glob(dir + "/*/schedstat")
+	var ns int64
+	for _, p := range tasks {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			continue // the thread ended
+		}
+		if f := strings.Fields(string(data)); len(f) > 0 {
+			n, _ := strconv.ParseInt(f[0], 10, 64)
+			ns += n
+		}
+	}
+	return time.Duration(ns)
 }
 
 var benchRun atomic.Int64
 
 const ingressRounds = 5
 
-func benchIngress(b *testing.B, url string) {
+func benchIngress(b *testing.B, url string, brokerPID int) {
+	cpu := func() time.Duration {
+		t := procCPU(0)
+		if brokerPID != 0 {
+			t += procCPU(brokerPID)
+		}
+		return t
+	}
 	n := max(b.N, 2000) // tasks per round: shorter rounds measure start-up
 	run := benchRun.Add(1)
 	payload := func(prefix string, i int) []byte {
@@ -112,12 +150,14 @@ func benchIngress(b *testing.B, url string) {
 		}
 		return topic
 	}
+	var loopCPU time.Duration // of the last loopback
 	loopback := func(topic string) float64 {
 		got.Store(0)
 		allIn = make(chan struct{})
-		t0 := time.Now()
+		c0, t0 := cpu(), time.Now()
 		publishAll(topic, "loop")
 		<-allIn
+		loopCPU = cpu() - c0
 		return float64(n) / time.Since(t0).Seconds()
 	}
 	bufTopic, stockTopic := bare("buffered", true), bare("stock", false)
@@ -146,10 +186,11 @@ func benchIngress(b *testing.B, url string) {
 		cfg:       func(c *mqtt.Config) { c.NoFleet = true; c.Log = c.Log.Level(3) },
 		afterSave: func(*agent.Snapshot) { saves.Add(1) }})
 	var ingressSaves int64
+	var ingressCPU time.Duration // of the last round
 	ingress := func(round int) (acked, results float64) {
 		s0 := saves.Load()
 		before := a.client.Stats()
-		t1 := time.Now()
+		c0, t1 := cpu(), time.Now()
 		publishAll(a.client.Topics().Tasks, fmt.Sprintf("task%d", round))
 		want := before.Accepted + uint64(n)
 		for deadline := time.Now().Add(60 * time.Second); a.client.Stats().Accepted < want; {
@@ -167,21 +208,31 @@ func benchIngress(b *testing.B, url string) {
 			time.Sleep(time.Millisecond)
 		}
 		results = float64(n) / time.Since(t1).Seconds()
+		ingressCPU = cpu() - c0
 		ingressSaves += saves.Load() - s0
 		return acked, results
 	}
 
-	var buf, stock, rel, ing, res []float64
+	var buf, stock, rel, ing, res, relCPU, resCPU []float64
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(n) }
 	b.ResetTimer()
 	for r := range ingressRounds {
 		buf = append(buf, loopback(bufTopic))
 		stock = append(stock, loopback(stockTopic))
 		rel = append(rel, loopback(relayIn))
+		relCPU = append(relCPU, us(loopCPU))
 		acked, results := ingress(r)
 		ing, res = append(ing, acked), append(res, results)
+		resCPU = append(resCPU, us(ingressCPU))
 	}
 	b.StopTimer()
 	mb, ms, ml, mi, mr := median(buf), median(stock), median(rel), median(ing), median(res)
+	mrc, mlc := median(resCPU), median(relCPU)
+	b.ReportMetric(mrc, "cpu-us/task")
+	b.ReportMetric(mlc, "relay-cpu-us/msg")
+	if mrc > 0 {
+		b.ReportMetric(mlc/mrc, "cpu-relay-ratio")
+	}
 	b.ReportMetric(mr, "results/s")
 	b.ReportMetric(mi, "tasks/s")
 	b.ReportMetric(mb, "broker-msgs/s")
@@ -195,8 +246,9 @@ func benchIngress(b *testing.B, url string) {
 	b.ReportMetric(0, "ns/op")
 	b.Logf("%d rounds of %d tasks of 1 KiB: results %.0f tasks/s (rounds %.0f), acknowledged %.0f tasks/s (rounds %.0f), "+
 		"broker loopback %.0f msgs/s (rounds %.0f), with paho's own connection %.0f msgs/s (rounds %.0f), "+
-		"relayed %.0f msgs/s (rounds %.0f); ratio %.2f (acknowledged %.2f), against paho's own connection %.2f, against the relay %.2f",
-		ingressRounds, n, mr, res, mi, ing, mb, buf, ms, stock, ml, rel, mr/mb, mi/mb, mr/ms, mr/ml)
+		"relayed %.0f msgs/s (rounds %.0f); ratio %.2f (acknowledged %.2f), against paho's own connection %.2f, against the relay %.2f; "+
+		"processor time %.1f µs a task (rounds %.1f), relayed %.1f µs a message (rounds %.1f)",
+		ingressRounds, n, mr, res, mi, ing, mb, buf, ms, stock, ml, rel, mr/mb, mi/mb, mr/ms, mr/ml, mrc, resCPU, mlc, relCPU)
 }
 
 func median(xs []float64) float64 {

@@ -41,7 +41,7 @@ var (
 // Runtime is what the client needs of an agent runtime; *agent.Runtime
 // implements it.
 type Runtime interface {
-	Submit(ctx context.Context, ev agent.Event) agent.SubmitResult
+	SubmitAsync(ctx context.Context, ev agent.Event, done func(agent.SubmitResult))
 	Confirm(seq uint64)
 }
 
@@ -69,7 +69,11 @@ type Client struct {
 	wg     sync.WaitGroup // the client's goroutines
 
 	rt  Runtime       // set by Start before the first connection
-	sem chan struct{} // bounds concurrent Submits
+	sem chan struct{} // bounds the tasks on their way to durability
+
+	ackMu   sync.Mutex    // guards acks
+	acks    []*taken      // the runtime's answers, for ackLoop
+	ackWake chan struct{} // nudges ackLoop
 
 	mu       sync.Mutex // guards incoming, conn, gen, started, closed
 	incoming []*pending // results handed over by Deliver, not yet seen by the publisher
@@ -111,6 +115,7 @@ func New(cfg Config) (*Client, error) {
 		topics:     TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
 		sem:        make(chan struct{}, cfg.MaxPendingSubmits),
 		wake:       make(chan struct{}, 1),
+		ackWake:    make(chan struct{}, 1),
 		checkEvery: time.Second,
 		subscribed: make(chan struct{}),
 		progress:   make(chan progressMsg, 256),
@@ -182,9 +187,10 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 	c.started = true
 	c.mu.Unlock()
 	c.rt = rt
-	c.wg.Add(2)
+	c.wg.Add(3)
 	go c.publishLoop()
 	go c.progressLoop()
+	go c.ackLoop()
 
 	tok := c.pc.Connect()
 	err := waitToken(ctx, tok, c.cfg.ConnectTimeout+5*time.Second)

@@ -41,10 +41,12 @@
 //     not heal by retrying. An unreachable broker is not an error: the
 //     client retries in the background with exponential backoff and jitter,
 //     up to Config.MaxReconnectInterval, and the agent keeps working.
-//   - Tasks are handed to the runtime concurrently, so that one save makes
-//     many of them durable (group commit). Tasks that arrive within one
-//     commit window may be queued in a different order than they were
-//     published; tasks further apart keep their order.
+//   - Tasks are handed to the runtime without waiting for their save
+//     (Runtime.SubmitAsync), in the order they arrive, so that one save
+//     makes many of them durable (group commit) and they are queued in the
+//     order they were published; each is acknowledged once the runtime says
+//     it is durable. Fleet tasks, which wait for their claim first, may be
+//     queued after tasks that arrived later.
 //   - A device that is down keeps its share of the fleet topic (its
 //     persistent session stays in the shared subscription's group). SendTask
 //     makes up for it: it publishes a fleet task again every

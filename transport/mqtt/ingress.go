@@ -22,10 +22,15 @@ const CodeClaimedElsewhere = "claimed_elsewhere"
 const maxDeadLetterPayload = 4 << 10
 
 // onTask runs on paho's router goroutine for every message on a task topic,
-// in order. It hands the message to a goroutine that decodes it, makes it
-// durable and only then acknowledges it (decoding off the router lets
-// several cores share it); it blocks only when MaxPendingSubmits messages
-// are already in flight (backpressure).
+// in order. It decodes the message there and hands the task to the runtime
+// without waiting for it (Runtime.SubmitAsync): the runtime answers once the
+// task is durable, and the acker goroutine (ackLoop) then acknowledges it.
+// Tasks are thus queued in the order they came, and a burst of them shares
+// one save (group commit) with no goroutine per task. onTask blocks only when
+// MaxPendingSubmits tasks are on their way to durability (backpressure).
+// What may wait on the broker (a fleet claim, the publication of a dead
+// letter) runs on a goroutine of its own: the router must never wait for
+// the broker, whose answers it routes.
 func (c *Client) onTask(_ paho.Client, m paho.Message) {
 	c.received.Add(1)
 	select {
@@ -33,11 +38,23 @@ func (c *Client) onTask(_ paho.Client, m paho.Message) {
 	case <-c.ctx.Done():
 		return // not acknowledged: redelivered to the next session
 	}
-	go c.take(m)
+	if c.cfg.FleetGate != nil && m.Topic() == c.topics.Fleet {
+		go c.take(m, true)
+		return
+	}
+	c.take(m, false)
 }
 
-// take decodes one message and submits or rejects it.
-func (c *Client) take(m paho.Message) {
+// take decodes one message and submits or rejects it; own says it runs on
+// a goroutine of its own (else on the router's).
+func (c *Client) take(m paho.Message, own bool) {
+	rejectIt := func(err error) {
+		if own {
+			c.reject(m, err)
+		} else {
+			go c.reject(m, err)
+		}
+	}
 	if len(m.Payload()) == 0 {
 		// A zero-length message clears a retained one (this client's own
 		// clearing of a retained bad message comes back this way): no task.
@@ -48,10 +65,10 @@ func (c *Client) take(m paho.Message) {
 	}
 	task, err := agent.DecodeTask(m.Payload(), c.cfg.MaxTaskBytes)
 	if err != nil {
-		c.reject(m, err)
+		rejectIt(err)
 		return
 	}
-	if c.cfg.FleetGate != nil && m.Topic() == c.topics.Fleet {
+	if own {
 		owner, mine, err := c.claim(task.TaskID)
 		switch {
 		case err != nil: // the client is closing
@@ -65,10 +82,10 @@ func (c *Client) take(m paho.Message) {
 	}
 	ev, err := agent.TaskEvent(task, "mqtt", c.cfg.Now().UnixMilli())
 	if err != nil {
-		c.reject(m, &agent.TaskError{Code: agent.CodeBadJSON, Msg: err.Error()})
+		rejectIt(&agent.TaskError{Code: agent.CodeBadJSON, Msg: err.Error()})
 		return
 	}
-	c.submit(m, ev)
+	c.submit(&taken{m: m, ev: ev})
 }
 
 // claim asks the fleet gate who runs a fleet task, again and again (1 s
@@ -92,44 +109,97 @@ func (c *Client) claim(taskID string) (owner string, mine bool, err error) {
 	}
 }
 
-// submit makes one task durable, then acknowledges it. A full queue is
-// waited out with the message unacknowledged (the broker holds back what
-// follows); any other failure leaves it unacknowledged for the broker to
-// redeliver to the next session.
-func (c *Client) submit(m paho.Message, ev agent.Event) {
-	defer func() { <-c.sem }()
-	wait := 20 * time.Millisecond
-	for {
-		res := c.rt.Submit(c.ctx, ev)
-		switch {
-		case res.Err == nil:
-			if res.Duplicate {
-				c.duplicates.Add(1)
-				c.log.Info().Str("task", ev.ID).Str("topic", m.Topic()).Str("state", res.State.Status).
-					Msg("mqtt: duplicate task acknowledged, not run again")
-				c.republish(res.State)
-			} else {
-				c.accepted.Add(1)
-				c.log.Debug().Str("task", ev.ID).Str("topic", m.Topic()).Msg("mqtt: task durable, acknowledged")
-			}
-			m.Ack()
-			return
-		case errors.Is(res.Err, agent.ErrQueueFull):
-			now := time.Now().Unix()
-			if last := c.queueFullLogged.Load(); now-last >= 10 && c.queueFullLogged.CompareAndSwap(last, now) {
-				c.log.Warn().Err(res.Err).Msg("mqtt: the agent's queue is full; tasks stay unacknowledged at the broker until it drains")
-			}
-			if !c.sleep(wait) {
-				return
-			}
-			wait = min(wait*2, 2*time.Second)
-		case c.ctx.Err() != nil:
-			return
+// taken is one task on its way to durability, then to its acknowledgement.
+type taken struct {
+	m    paho.Message
+	ev   agent.Event
+	res  agent.SubmitResult
+	wait time.Duration // the last wait after a full queue
+}
+
+// submit hands a task to the runtime; the runtime's answer goes to the
+// acker, which never makes the runtime wait.
+func (c *Client) submit(t *taken) {
+	c.rt.SubmitAsync(c.ctx, t.ev, func(res agent.SubmitResult) {
+		t.res = res
+		c.ackMu.Lock()
+		c.acks = append(c.acks, t)
+		c.ackMu.Unlock()
+		select {
+		case c.ackWake <- struct{}{}:
 		default:
-			c.log.Warn().Err(res.Err).Str("task", ev.ID).
-				Msg("mqtt: task not durable, not acknowledged; the broker redelivers it to the next session")
+		}
+	})
+}
+
+// ackLoop settles the runtime's answers, in the order they came, until the
+// client closes; then it settles what is left.
+func (c *Client) ackLoop() {
+	defer c.wg.Done()
+	var batch []*taken
+	for {
+		stop := false
+		select {
+		case <-c.ackWake:
+		case <-c.ctx.Done():
+			stop = true
+		}
+		for {
+			c.ackMu.Lock()
+			batch, c.acks = c.acks, batch[:0]
+			c.ackMu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			for i, t := range batch {
+				c.settle(t)
+				batch[i] = nil
+			}
+		}
+		if stop {
 			return
 		}
+	}
+}
+
+// settle acknowledges a task the runtime made durable (or found a duplicate
+// of). A full queue is waited out with the message unacknowledged (the
+// broker holds back what follows); any other failure leaves it
+// unacknowledged for the broker to redeliver to the next session.
+func (c *Client) settle(t *taken) {
+	m, ev, res := t.m, t.ev, t.res
+	switch {
+	case res.Err == nil:
+		if res.Duplicate {
+			c.duplicates.Add(1)
+			c.log.Info().Str("task", ev.ID).Str("topic", m.Topic()).Str("state", res.State.Status).
+				Msg("mqtt: duplicate task acknowledged, not run again")
+			c.republish(res.State)
+		} else {
+			c.accepted.Add(1)
+			c.log.Debug().Str("task", ev.ID).Str("topic", m.Topic()).Msg("mqtt: task durable, acknowledged")
+		}
+		m.Ack()
+		<-c.sem
+	case errors.Is(res.Err, agent.ErrQueueFull) && c.ctx.Err() == nil:
+		now := time.Now().Unix()
+		if last := c.queueFullLogged.Load(); now-last >= 10 && c.queueFullLogged.CompareAndSwap(last, now) {
+			c.log.Warn().Err(res.Err).Msg("mqtt: the agent's queue is full; tasks stay unacknowledged at the broker until it drains")
+		}
+		t.wait = min(max(2*t.wait, 20*time.Millisecond), 2*time.Second)
+		time.AfterFunc(t.wait, func() {
+			if c.ctx.Err() != nil {
+				<-c.sem
+				return
+			}
+			c.submit(t)
+		})
+	case c.ctx.Err() != nil:
+		<-c.sem
+	default:
+		c.log.Warn().Err(res.Err).Str("task", ev.ID).
+			Msg("mqtt: task not durable, not acknowledged; the broker redelivers it to the next session")
+		<-c.sem
 	}
 }
 

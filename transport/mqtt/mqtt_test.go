@@ -455,8 +455,8 @@ func TestMQTTStartErrors(t *testing.T) {
 
 type nopRuntime struct{}
 
-func (nopRuntime) Submit(context.Context, agent.Event) agent.SubmitResult {
-	return agent.SubmitResult{}
+func (nopRuntime) SubmitAsync(_ context.Context, _ agent.Event, done func(agent.SubmitResult)) {
+	done(agent.SubmitResult{})
 }
 func (nopRuntime) Confirm(uint64) {}
 
