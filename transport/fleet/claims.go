@@ -101,6 +101,14 @@ type Claims struct {
 	received uint64                    // claim messages received
 	stop     context.CancelFunc
 
+	// lost: task id → the claim this agent lost to, until it expires
+	// (lostOrder, oldest first, bounds them to MaxLostClaims). A claim of
+	// this agent's that is retained again later (a third device took it for
+	// the holder while it was, and restored it) does not make the task
+	// this agent's.
+	lost      map[string]Claim
+	lostOrder []string
+
 	// The subscriptions to claim topics are made and ended in batches by
 	// one goroutine (subscriptions): one SUBSCRIBE packet for every claim
 	// topic asked for while the previous one was on its way, one
@@ -125,6 +133,9 @@ type doneClaim struct {
 	taskID  string
 	expires time.Time
 }
+
+// MaxLostClaims bounds the claims a device remembers having lost to.
+const MaxLostClaims = 10_000
 
 // MaxDoneClaims bounds the done claims a device remembers to clear; beyond
 // it the oldest are cleared early (logged), so that a repeated task id may
@@ -185,7 +196,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 		return nil, err
 	}
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
-		pending: map[string]chan claimWait{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
+		pending: map[string]chan claimWait{}, lost: map[string]Claim{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
 		wake: make(chan struct{}, 1)}
 	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(ClaimsClientID(cfg.Device, cfg.Agent)).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
@@ -290,6 +301,14 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
 	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
 		delete(c.pending, cl.Nonce)
+		if lt, ok := c.lost[taskID]; ok && now.Before(lt.Expires) && (!had || sameOwner(prev, cl)) {
+			// This agent lost the task before, to lt; what holds now
+			// names this agent (or nothing) because a device restored
+			// this agent's losing claim, taking it for the holder while
+			// it was retained (between it and this agent's restore of
+			// the winner's). The winner holds.
+			prev, had, holds = lt, true, true
+		}
 		if had && sameOwner(prev, cl) && prev.State == ClaimDone && now.Before(prev.Expires) {
 			// A copy of a task this agent already ran: its done claim
 			// holds, and is put back over the running one just made (a
@@ -306,6 +325,7 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		}
 		if holds {
 			ch <- claimWait{owner: prev.Device}
+			c.remember(taskID, prev)
 			restore := prev
 			restore.Restore = true
 			b, _ := json.Marshal(restore)
@@ -318,6 +338,23 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	}
 	if m.Retained() || cl.Restore || !holds {
 		c.seen[taskID] = cl
+	}
+}
+
+// remember records that this agent lost taskID to holder (c.mu held).
+func (c *Claims) remember(taskID string, holder Claim) {
+	if _, ok := c.lost[taskID]; !ok {
+		c.lostOrder = append(c.lostOrder, taskID)
+	}
+	c.lost[taskID] = holder
+	now := time.Now()
+	for len(c.lostOrder) > 0 {
+		old := c.lostOrder[0]
+		if lt, ok := c.lost[old]; ok && now.Before(lt.Expires) && len(c.lostOrder) <= MaxLostClaims {
+			break
+		}
+		delete(c.lost, old)
+		c.lostOrder = c.lostOrder[1:]
 	}
 }
 

@@ -299,3 +299,48 @@ func TestClaimOfDoneTaskKeepsDone(t *testing.T) {
 		t.Errorf("the device keeps %d claims after the copy", held)
 	}
 }
+
+// TestClaimLoserRestoredByAThird: dev-a claims a task, dev-b claims a copy
+// and loses. While dev-b's claim was the retained one (between its claim
+// and the restore of dev-a's), a third device subscribed, took dev-b's
+// claim for the holder, lost to it, and restored it: dev-b's claim is
+// retained again. A further copy reaching dev-b must still be dev-a's
+// (dev-b ran it otherwise: a task run twice, as `make fleet-sim` saw with
+// many copies published again while devices were killed), and dev-b puts
+// dev-a's claim back.
+func TestClaimLoserRestoredByAThird(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	start := func(dev string) *Claims {
+		c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: dev, Agent: "master",
+			Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a, b := start("dev-a"), start("dev-b")
+	ctx := context.Background()
+	const id = "t-chain"
+	if owner, mine, err := a.Claim(ctx, id); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("dev-a: %s %v %v", owner, mine, err)
+	}
+	if owner, mine, err := b.Claim(ctx, id); err != nil || mine || owner != "dev-a" {
+		t.Fatalf("dev-b, first copy: %s %v %v", owner, mine, err)
+	}
+	// The third device's restore of dev-b's claim.
+	col := mqtttest.Collect(t, m.URL(), "watch", true, ClaimTopic("openstarry", id))
+	stale, _ := json.Marshal(Claim{TaskID: id, Device: "dev-b", Agent: "master", State: ClaimRunning,
+		Expires: time.Now().Add(time.Hour).UTC(), Nonce: "0123456789abcdef", Restore: true})
+	if pub := col.Client.Publish(ClaimTopic("openstarry", id), 1, true, stale); !pub.WaitTimeout(10*time.Second) || pub.Error() != nil {
+		t.Fatalf("the third device's restore: %v", pub.Error())
+	}
+	if owner, mine, err := b.Claim(ctx, id); err != nil || mine || owner != "dev-a" {
+		t.Fatalf("dev-b, a copy after its claim was restored by a third device: %s %v %v (want dev-a's)", owner, mine, err)
+	}
+	var last Claim
+	wait.For(t, 10*time.Second, "dev-a's claim retained again", func() bool {
+		ms := col.Messages(ClaimTopic("openstarry", id))
+		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &last) == nil && last.Device == "dev-a"
+	})
+}
