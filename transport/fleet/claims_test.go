@@ -344,3 +344,43 @@ func TestClaimLoserRestoredByAThird(t *testing.T) {
 		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &last) == nil && last.Device == "dev-a"
 	})
 }
+
+// BenchmarkClaim: Claim then Done of distinct fleet tasks, 64 at a time as
+// a device's agent makes them under load, against a real Mosquitto; it
+// reports the processor time of this process (the device's side) per task.
+func BenchmarkClaim(b *testing.B) {
+	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+		b.Fatal(err)
+	}
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := "b-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				b.Error(id, mine, err)
+				return
+			}
+			c.Done(id)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/task")
+	sub, unsub := c.Batches()
+	b.ReportMetric(float64(b.N)/float64(max(sub, 1)), "tasks/SUBSCRIBE")
+	b.ReportMetric(float64(b.N)/float64(max(unsub, 1)), "tasks/UNSUBSCRIBE")
+}
