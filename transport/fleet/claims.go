@@ -120,6 +120,7 @@ type Claims struct {
 	flushWait []chan struct{}             // Done calls waiting for unsubQ to be sent
 	wake      chan struct{}
 	batches   [2]uint64 // SUBSCRIBE and UNSUBSCRIBE packets sent
+	closed    bool      // Close was called: no more subscriptions
 }
 
 // subResult is the hub's answer to the subscription to one claim topic.
@@ -384,6 +385,10 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil // claimed before (a redelivery)
 	}
+	if c.closed {
+		c.mu.Unlock()
+		return "", false, fmt.Errorf("%w: %v", ErrNoClaim, errClosed)
+	}
 	topic := ClaimTopic(c.cfg.Prefix, taskID)
 	c.deciding[taskID]++
 	subbed := make(chan subResult, 1)
@@ -507,6 +512,9 @@ func (c *Claims) kick() {
 	}
 }
 
+// errClosed answers the subscriptions asked for of closed Claims.
+var errClosed = errors.New("the claims are closed")
+
 // batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
 // batch goes (the Claim calls waiting for it give up at ClaimTimeout).
 const batchTimeout = ClaimTimeout
@@ -554,6 +562,18 @@ func (c *Claims) subscriptions(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// Closed: the Claim calls waiting for a SUBACK, and those to
+			// come, get an error at once.
+			answer(errClosed)
+			c.mu.Lock()
+			c.closed = true
+			for _, ws := range c.subQ {
+				for _, w := range ws {
+					w <- subResult{err: errClosed}
+				}
+			}
+			c.subQ = map[string][]chan subResult{}
+			c.mu.Unlock()
 			return
 		case <-c.wake:
 		case <-subDone:

@@ -384,3 +384,28 @@ func BenchmarkClaim(b *testing.B) {
 	b.ReportMetric(float64(b.N)/float64(max(sub, 1)), "tasks/SUBSCRIBE")
 	b.ReportMetric(float64(b.N)/float64(max(unsub, 1)), "tasks/UNSUBSCRIBE")
 }
+
+// TestClaimAfterClose: a Claim of closed claims fails at once with
+// ErrNoClaim (the caller asks again or stops), not at its 30 s timeout.
+func TestClaimAfterClose(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, mine, err := c.Claim(context.Background(), "before"); err != nil || !mine {
+		t.Fatalf("before Close: %v %v", mine, err)
+	}
+	c.Close()
+	done := make(chan error, 1)
+	go func() { _, _, err := c.Claim(context.Background(), "after"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoClaim) {
+			t.Fatalf("after Close: %v, want ErrNoClaim", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Claim after Close still waits after 10s")
+	}
+}
