@@ -515,6 +515,10 @@ func (c *Claims) kick() {
 // errClosed answers the subscriptions asked for of closed Claims.
 var errClosed = errors.New("the claims are closed")
 
+// maxBatch bounds the topic filters of one SUBSCRIBE or UNSUBSCRIBE
+// (about 60 KiB): the rest go in the next one.
+const maxBatch = 1024
+
 // batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
 // batch goes (the Claim calls waiting for it give up at ClaimTimeout).
 const batchTimeout = ClaimTimeout
@@ -589,16 +593,31 @@ func (c *Claims) subscriptions(ctx context.Context) {
 		var unsub []string
 		var flushed []chan struct{}
 		if len(c.unsubQ) > 0 && (unsubTok == nil || len(c.flushWait) > 0) {
-			unsub = make([]string, 0, len(c.unsubQ))
-			for topic := range c.unsubQ {
-				unsub = append(unsub, topic)
+			// A flush takes them all (Done waits for its own topic).
+			n := len(c.unsubQ)
+			if len(c.flushWait) == 0 {
+				n = min(n, maxBatch)
 			}
-			c.unsubQ = map[string]bool{}
+			unsub = make([]string, 0, n)
+			for topic := range c.unsubQ {
+				if len(unsub) == n {
+					break
+				}
+				unsub = append(unsub, topic)
+				delete(c.unsubQ, topic)
+			}
 		}
 		flushed, c.flushWait = c.flushWait, nil
 		var filters map[string]byte
 		if subTok == nil && len(c.subQ) > 0 {
-			batch, c.subQ = c.subQ, map[string][]chan subResult{}
+			batch = make(map[string][]chan subResult, min(len(c.subQ), maxBatch))
+			for topic, ws := range c.subQ {
+				if len(batch) == maxBatch {
+					break
+				}
+				batch[topic] = ws
+				delete(c.subQ, topic)
+			}
 			filters = make(map[string]byte, len(batch))
 			for topic := range batch {
 				filters[topic] = 1

@@ -409,3 +409,40 @@ func TestClaimAfterClose(t *testing.T) {
 		t.Fatal("a Claim after Close still waits after 10s")
 	}
 }
+
+// TestClaimsManyAtOnce: more claims at once than one SUBSCRIBE carries
+// (maxBatch): every one is decided, in a few SUBSCRIBE packets.
+func TestClaimsManyAtOnce(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.Claim(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*maxBatch + 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, mine, err := c.Claim(context.Background(), "many-"+strconv.Itoa(i)); err != nil || !mine {
+				errs <- fmt.Errorf("many-%d: %v %v", i, mine, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	sub, _ := c.Batches()
+	t.Logf("%d claims at once in %d SUBSCRIBE packets", n, sub-1)
+	if sub-1 < 3 || sub-1 > n/2 {
+		t.Fatalf("%d claims at once in %d SUBSCRIBE packets: want at least 3 (at most %d topics each) and far fewer than claims", n, sub-1, maxBatch)
+	}
+}
