@@ -5,7 +5,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,6 +217,27 @@ func TestFleetSim(t *testing.T) {
 		return all, hub
 	}
 	perTask := func(d time.Duration, tasks int) float64 { return float64(d.Microseconds()) / 1000 / float64(tasks) }
+	// saves is how many snapshot saves the masters made so far (each
+	// daemon's /metrics).
+	saves := func() int64 {
+		var total int64
+		const name = `openstarry_agent_save_duration_seconds_count{agent="master"} `
+		for _, d := range devs {
+			resp, err := http.Get(d.d.url() + "/metrics")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, name); ok {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					total += n
+				}
+			}
+		}
+		return total
+	}
 	// idleRate is the processor time the idle fleet uses per second
 	// (telemetry, keep-alives, timers), measured over 2 s: what a phase
 	// costs beyond it is what its tasks cost.
@@ -232,6 +255,7 @@ func TestFleetSim(t *testing.T) {
 	// Fleet tasks.
 	before := settledSent()
 	fleetIdle := idleRate()
+	saves0 := saves()
 	start := time.Now()
 	cpu0, hub0 := cpu()
 	publish(mqtt.FleetTopic("openstarry"), ids("fa-"))
@@ -239,12 +263,14 @@ func TestFleetSim(t *testing.T) {
 	fleetTook := time.Since(start)
 	fleetCPU, fleetHub := cpu()
 	fleetCPU, fleetHub = fleetCPU-cpu0, fleetHub-hub0
+	fleetSaves := saves() - saves0
 	perFleet := checkOnce("fa-")
 	fleetSent := settledSent() - before
 
 	// Direct tasks, to each device's master.
 	before = settledSent()
 	directIdle := idleRate()
+	saves0 = saves()
 	start = time.Now()
 	cpu0, hub0 = cpu()
 	direct := ids("da-")
@@ -261,6 +287,7 @@ func TestFleetSim(t *testing.T) {
 	directTook := time.Since(start)
 	directCPU, directHub := cpu()
 	directCPU, directHub = directCPU-cpu0, directHub-hub0
+	directSaves := saves() - saves0
 	checkOnce("da-")
 	directSent := settledSent() - before
 
@@ -348,6 +375,8 @@ func TestFleetSim(t *testing.T) {
 		fmt.Sprintf("processor time per task (devices and hub; the hub alone): fleet %.2f ms (%.2f), direct %.2f ms (%.2f); beyond the idle fleet's %.2f cores: fleet %.2f ms, direct %.2f ms",
 			perTask(fleetCPU, n*perDevice), perTask(fleetHub, n*perDevice), perTask(directCPU, len(direct)), perTask(directHub, len(direct)),
 			(fleetIdle+directIdle)/2, perTask(beyondIdle(fleetCPU, fleetIdle, fleetTook), n*perDevice), perTask(beyondIdle(directCPU, directIdle, directTook), len(direct))),
+		fmt.Sprintf("snapshot saves per task (the masters'): fleet %.2f, direct %.2f",
+			float64(fleetSaves)/float64(n*perDevice), float64(directSaves)/float64(len(direct))),
 		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
 		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted, %d down for good: %d, each run once; %d published again (2s unclaimed); all results %s after the last restart",
 			kills, down, len(tasks), republished, converge.Round(10*time.Millisecond)),
