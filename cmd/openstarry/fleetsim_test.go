@@ -5,7 +5,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -204,18 +206,73 @@ func TestFleetSim(t *testing.T) {
 		return per
 	}
 
+	// cpu is the processor time the devices (daemons and their agents) and
+	// the hub have used so far.
+	cpu := func() (all, hub time.Duration) {
+		hub = procCPU(m.PID())
+		all = hub
+		for _, d := range devs {
+			all += treeCPU(d.d.cmd.Process.Pid)
+		}
+		return all, hub
+	}
+	perTask := func(d time.Duration, tasks int) float64 { return float64(d.Microseconds()) / 1000 / float64(tasks) }
+	// saves is how many snapshot saves the masters made so far (each
+	// daemon's /metrics).
+	saves := func() int64 {
+		var total int64
+		const name = `openstarry_agent_save_duration_seconds_count{agent="master"} `
+		for _, d := range devs {
+			resp, err := http.Get(d.d.url() + "/metrics")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, name); ok {
+					n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+					total += n
+				}
+			}
+		}
+		return total
+	}
+	// idleRate is the processor time the idle fleet uses per second
+	// (telemetry, keep-alives, timers), measured over 2 s: what a phase
+	// costs beyond it is what its tasks cost.
+	idleRate := func() float64 {
+		c0, _ := cpu()
+		t0 := time.Now()
+		time.Sleep(2 * time.Second)
+		c1, _ := cpu()
+		return float64(c1-c0) / float64(time.Since(t0))
+	}
+	beyondIdle := func(used time.Duration, rate float64, took time.Duration) time.Duration {
+		return max(0, used-time.Duration(rate*float64(took)))
+	}
+
 	// Fleet tasks.
 	before := settledSent()
+	fleetIdle := idleRate()
+	saves0 := saves()
 	start := time.Now()
+	cpu0, hub0 := cpu()
 	publish(mqtt.FleetTopic("openstarry"), ids("fa-"))
 	runAll("fa-", time.Duration(120+n*3)*time.Second)
 	fleetTook := time.Since(start)
+	fleetCPU, fleetHub := cpu()
+	fleetCPU, fleetHub = fleetCPU-cpu0, fleetHub-hub0
+	fleetSaves := saves() - saves0
 	perFleet := checkOnce("fa-")
 	fleetSent := settledSent() - before
 
 	// Direct tasks, to each device's master.
 	before = settledSent()
+	directIdle := idleRate()
+	saves0 = saves()
 	start = time.Now()
+	cpu0, hub0 = cpu()
 	direct := ids("da-")
 	var dwg sync.WaitGroup
 	for i, d := range devs {
@@ -228,6 +285,9 @@ func TestFleetSim(t *testing.T) {
 	dwg.Wait()
 	runAll("da-", time.Duration(120+n*3)*time.Second)
 	directTook := time.Since(start)
+	directCPU, directHub := cpu()
+	directCPU, directHub = directCPU-cpu0, directHub-hub0
+	directSaves := saves() - saves0
 	checkOnce("da-")
 	directSent := settledSent() - before
 
@@ -248,23 +308,31 @@ func TestFleetSim(t *testing.T) {
 		dead, down = d.id, 1
 		killWhole(t, d)
 	}
+	// What a task that ran twice went through: its claims and dead
+	// letters, and when each device was killed and back.
+	history := mqtttest.Collect(t, m.URL(), "sim-history", true, "openstarry/fleet/claims/#", "openstarry/+/deadletter")
 	rp := newRepublisher(t, pub, 2*time.Second)
 	tasks := ids("fk-")
 	var lastRestart time.Time
 	var kmu sync.Mutex
+	var killLog []string
 	var kwg sync.WaitGroup
 	const spread = 4 * time.Second
+	phase := time.Now()
 	for _, v := range victims {
 		kwg.Add(1)
 		go func() {
 			defer kwg.Done()
 			time.Sleep(rand.N(spread))
 			d := devs[v]
+			killed := time.Since(phase)
 			d.d.kill()
 			d.d = startChild(t, false, "start", "--config", d.cfg)
 			d.d.waitLog("fleet: connected for the claims", 120*time.Second)
 			kmu.Lock()
 			lastRestart = time.Now()
+			killLog = append(killLog, fmt.Sprintf("%s killed at %s, claims connected again at %s", d.id,
+				killed.Round(time.Millisecond), time.Since(phase).Round(time.Millisecond)))
 			kmu.Unlock()
 		}()
 	}
@@ -277,6 +345,17 @@ func TestFleetSim(t *testing.T) {
 	runAll("fk-", time.Duration(300+n*6)*time.Second)
 	converge := time.Since(lastRestart)
 	perKilled := checkOnce("fk-")
+	for id, ex := range executions("fk-") {
+		if len(ex) < 2 {
+			continue
+		}
+		t.Logf("task %s ran %d times; devices SIGKILLed: %s; down for good: %s", id, len(ex), strings.Join(killLog, "; "), dead)
+		for _, msg := range history.Messages("") {
+			if strings.HasSuffix(msg.Topic, "/"+id) || (strings.HasSuffix(msg.Topic, "/deadletter") && strings.Contains(string(msg.Payload), id)) {
+				t.Logf("  %s retained=%v %s", msg.Topic, msg.Retained, msg.Payload)
+			}
+		}
+	}
 	if dead != "" && perKilled[dead] > 0 {
 		t.Errorf("the device down for good, %s, ran %d fleet tasks", dead, perKilled[dead])
 	}
@@ -293,6 +372,11 @@ func TestFleetSim(t *testing.T) {
 			float64(len(direct))/directTook.Seconds(), float64(directSent)/float64(len(direct))),
 		fmt.Sprintf("fleet tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", n*perDevice, fleetTook.Round(10*time.Millisecond),
 			float64(n*perDevice)/fleetTook.Seconds(), float64(fleetSent)/float64(n*perDevice)),
+		fmt.Sprintf("processor time per task (devices and hub; the hub alone): fleet %.2f ms (%.2f), direct %.2f ms (%.2f); beyond the idle fleet's %.2f cores: fleet %.2f ms, direct %.2f ms",
+			perTask(fleetCPU, n*perDevice), perTask(fleetHub, n*perDevice), perTask(directCPU, len(direct)), perTask(directHub, len(direct)),
+			(fleetIdle+directIdle)/2, perTask(beyondIdle(fleetCPU, fleetIdle, fleetTook), n*perDevice), perTask(beyondIdle(directCPU, directIdle, directTook), len(direct))),
+		fmt.Sprintf("snapshot saves per task (the masters'): fleet %.2f, direct %.2f",
+			float64(fleetSaves)/float64(n*perDevice), float64(directSaves)/float64(len(direct))),
 		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
 		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted, %d down for good: %d, each run once; %d published again (2s unclaimed); all results %s after the last restart",
 			kills, down, len(tasks), republished, converge.Round(10*time.Millisecond)),
@@ -328,6 +412,42 @@ func treeRSS(t *testing.T, pid int) int64 {
 	for _, f := range strings.Fields(string(out)) {
 		if c, err := strconv.Atoi(f); err == nil {
 			total += rss(c)
+		}
+	}
+	return total
+}
+
+// procCPU is the processor time (user and system) pid has used.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	// After the command's closing parenthesis: state (field 3) ... utime
+	// (14), stime (15), in clock ticks (USER_HZ, 100 on Linux).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// treeCPU is the processor time of pid and its children.
+func treeCPU(pid int) time.Duration {
+	total := procCPU(pid)
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	if err != nil {
+		return total
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			total += procCPU(c)
 		}
 	}
 	return total

@@ -8,13 +8,19 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/openstarry/openstarry-edge/transport/enroll"
 )
 
 // TestHubOperator: on a Mosquitto with the dynamic security plugin, a
 // device enrolled through the hub. Its admin, which may read but not
 // publish the fleet's topics, sends a signed command: the hub acknowledges
 // the publication and drops it, and fleet command says so at once (it said,
-// after 30 s, "is it online, and does it trust this key?"). `hub operator
+// after 30 s, "is it online, and does it trust this key?"), with the
+// reason code of Mosquitto's MQTT 5 PUBACK, 0x87; so do a task sent as the
+// admin and a command sent with a device's user to another device, which
+// may not even subscribe to check (that one waited out its timeout, with
+// "the hub may have refused" for all explanation). `hub operator
 // add ops` creates an operator whose commands, tasks and fleet status work;
 // adding it again sets the password given.
 func TestHubOperator(t *testing.T) {
@@ -39,10 +45,28 @@ func TestHubOperator(t *testing.T) {
 	as := func(user, password string, args ...string) (string, int) {
 		return runCLIEnv(t, []string{"OPENSTARRY_MQTT_USERNAME=" + user, "OPENSTARRY_MQTT_PASSWORD=" + password}, args...)
 	}
+	// Mosquitto speaks MQTT 5: the refusal is the PUBACK's reason code.
+	const notAuthorized = "MQTT 5 reason code 0x87 (not authorized)"
 	out, code := as("hub-admin", "admin-secret", "fleet", "command", "--broker", m.URL(), "--device", "pi-op", "--key", key, "--timeout", "20s", "status")
-	if code != 1 || !strings.Contains(out, "the hub refused the publication to openstarry/pi-op/commands/status") ||
+	if code != 1 || !strings.Contains(out, "the hub refused the publication to openstarry/pi-op/commands/status: "+notAuthorized) ||
 		!strings.Contains(out, `give user "hub-admin" write access to it`) || !strings.Contains(out, "openstarry hub operator add") {
 		t.Fatalf("a command the hub dropped: exit %d\n%s", code, out)
+	}
+	out, code = as("hub-admin", "admin-secret", "task", "send", "--broker", m.URL(), "--device", "pi-op", "--agent", "master", "--input", "hi", "--wait", "--timeout", "20s")
+	if code != 1 || !strings.Contains(out, "the hub refused the publication to openstarry/pi-op/agents/master/tasks: "+notAuthorized) {
+		t.Fatalf("a task the hub dropped: exit %d\n%s", code, out)
+	}
+	// The device's own user may neither publish nor subscribe to another
+	// device's commands: over MQTT 3.1.1 nothing could be checked, and the
+	// command waited for its --timeout ("the hub may have refused").
+	creds, err := enroll.ReadCredentials(enroll.Dir(data))
+	if err != nil || creds == nil {
+		t.Fatalf("the device's credentials: %v", err)
+	}
+	out, code = as(creds.Username, creds.Password, "fleet", "command", "--broker", m.URL(), "--device", "pi-other", "--key", key, "--timeout", "20s", "status")
+	if code != 1 || !strings.Contains(out, "the hub refused the publication to openstarry/pi-other/commands/status: "+notAuthorized) ||
+		!strings.Contains(out, `give user "pi-op" write access to it`) {
+		t.Fatalf("a command to another device with a device's user: exit %d\n%s", code, out)
 	}
 
 	out, code = runCLIEnv(t, []string{"OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret"},

@@ -100,6 +100,33 @@ type Claims struct {
 	clear    []doneClaim               // this device's done claims, oldest first: cleared when they expire
 	received uint64                    // claim messages received
 	stop     context.CancelFunc
+
+	// lost: task id → the claim this agent lost to, until it expires
+	// (lostOrder, oldest first, bounds them to MaxLostClaims). A claim of
+	// this agent's that is retained again later (a third device took it for
+	// the holder while it was, and restored it) does not make the task
+	// this agent's.
+	lost      map[string]Claim
+	lostOrder []string
+
+	// The subscriptions to claim topics are made and ended in batches by
+	// one goroutine (subscriptions): one SUBSCRIBE packet for every claim
+	// topic asked for while the previous one was on its way, one
+	// UNSUBSCRIBE for every topic decided meanwhile. That goroutine alone
+	// hands them to the client, so the hub sees them in the order decided
+	// here.
+	subQ      map[string][]chan subResult // topic → the Claim calls waiting for its SUBACK
+	unsubQ    map[string]bool             // topics decided, to unsubscribe
+	flushWait []chan struct{}             // Done calls waiting for unsubQ to be sent
+	wake      chan struct{}
+	batches   [2]uint64 // SUBSCRIBE and UNSUBSCRIBE packets sent
+	closed    bool      // Close was called: no more subscriptions
+}
+
+// subResult is the hub's answer to the subscription to one claim topic.
+type subResult struct {
+	code byte // the SUBACK return code; 0x80 refused
+	err  error
 }
 
 // doneClaim is a claim of this device to clear at expires.
@@ -107,6 +134,9 @@ type doneClaim struct {
 	taskID  string
 	expires time.Time
 }
+
+// MaxLostClaims bounds the claims a device remembers having lost to.
+const MaxLostClaims = 10_000
 
 // MaxDoneClaims bounds the done claims a device remembers to clear; beyond
 // it the oldest are cleared early (logged), so that a repeated task id may
@@ -167,11 +197,16 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 		return nil, err
 	}
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
-		pending: map[string]chan claimWait{}}
+		pending: map[string]chan claimWait{}, lost: map[string]Claim{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
+		wake: make(chan struct{}, 1)}
 	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(ClaimsClientID(cfg.Device, cfg.Agent)).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).SetMaxReconnectInterval(30 * time.Second).
-		SetDefaultPublishHandler(func(paho.Client, paho.Message) {}).
+		// Every message of this connection is a claim: they all go to the
+		// default handler, and the subscriptions carry no callback of
+		// their own (paho matches each message against every route it
+		// holds, one per subscription in flight).
+		SetDefaultPublishHandler(c.onClaim).
 		SetOnConnectHandler(func(paho.Client) {
 			c.mu.Lock()
 			c.up = true
@@ -201,6 +236,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go c.sweep(ctx)
+	go c.subscriptions(ctx)
 	return c, nil
 }
 
@@ -266,6 +302,14 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
 	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
 		delete(c.pending, cl.Nonce)
+		if lt, ok := c.lost[taskID]; ok && now.Before(lt.Expires) && (!had || sameOwner(prev, cl)) {
+			// This agent lost the task before, to lt; what holds now
+			// names this agent (or nothing) because a device restored
+			// this agent's losing claim, taking it for the holder while
+			// it was retained (between it and this agent's restore of
+			// the winner's). The winner holds.
+			prev, had, holds = lt, true, true
+		}
 		if had && sameOwner(prev, cl) && prev.State == ClaimDone && now.Before(prev.Expires) {
 			// A copy of a task this agent already ran: its done claim
 			// holds, and is put back over the running one just made (a
@@ -282,6 +326,7 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		}
 		if holds {
 			ch <- claimWait{owner: prev.Device}
+			c.remember(taskID, prev)
 			restore := prev
 			restore.Restore = true
 			b, _ := json.Marshal(restore)
@@ -294,6 +339,23 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	}
 	if m.Retained() || cl.Restore || !holds {
 		c.seen[taskID] = cl
+	}
+}
+
+// remember records that this agent lost taskID to holder (c.mu held).
+func (c *Claims) remember(taskID string, holder Claim) {
+	if _, ok := c.lost[taskID]; !ok {
+		c.lostOrder = append(c.lostOrder, taskID)
+	}
+	c.lost[taskID] = holder
+	now := time.Now()
+	for len(c.lostOrder) > 0 {
+		old := c.lostOrder[0]
+		if lt, ok := c.lost[old]; ok && now.Before(lt.Expires) && len(c.lostOrder) <= MaxLostClaims {
+			break
+		}
+		delete(c.lost, old)
+		c.lostOrder = c.lostOrder[1:]
 	}
 }
 
@@ -323,9 +385,19 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil // claimed before (a redelivery)
 	}
-	c.deciding[taskID]++
-	c.mu.Unlock()
+	if c.closed {
+		c.mu.Unlock()
+		return "", false, fmt.Errorf("%w: %v", ErrNoClaim, errClosed)
+	}
 	topic := ClaimTopic(c.cfg.Prefix, taskID)
+	c.deciding[taskID]++
+	subbed := make(chan subResult, 1)
+	// A subscription asked for again replaces the one not yet ended: the
+	// hub sends the retained claim again.
+	delete(c.unsubQ, topic)
+	c.subQ[topic] = append(c.subQ[topic], subbed)
+	c.mu.Unlock()
+	c.kick()
 	defer func() {
 		c.mu.Lock()
 		if c.deciding[taskID]--; c.deciding[taskID] <= 0 {
@@ -333,17 +405,24 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 			if cl, ok := c.seen[taskID]; ok && (!mine || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent) {
 				delete(c.seen, taskID) // not ours: nothing to remember
 			}
+			delete(c.subQ, topic) // only calls that gave up wait there now
+			c.unsubQ[topic] = true
 			c.mu.Unlock()
-			c.client.Unsubscribe(topic)
+			c.kick()
 			return
 		}
 		c.mu.Unlock()
 	}()
-	tok := c.client.Subscribe(topic, 1, c.onClaim)
-	if err := mqtt.WaitToken(ctx, tok, ClaimTimeout); err != nil {
-		return "", false, fmt.Errorf("%w: subscribe %s: %v", ErrNoClaim, topic, err)
+	var sr subResult
+	select {
+	case sr = <-subbed:
+	case <-ctx.Done():
+		return "", false, fmt.Errorf("%w: subscribe %s: %v", ErrNoClaim, topic, ctx.Err())
 	}
-	if st, ok := tok.(*paho.SubscribeToken); ok && st.Result()[topic] > 2 {
+	if sr.err != nil {
+		return "", false, fmt.Errorf("%w: subscribe %s: %v", ErrNoClaim, topic, sr.err)
+	}
+	if sr.code > 2 {
 		c.mu.Lock()
 		if !c.disabled {
 			c.cfg.Log.Error().Str("topic", topic).Msg("fleet: the broker refused the subscription to a claim (allow devices " +
@@ -398,9 +477,24 @@ func (c *Claims) Done(taskID string) {
 		c.clear = append(c.clear[:0:0], c.clear[n:]...)
 	}
 	c.clear = append(c.clear, doneClaim{taskID: taskID, expires: cl.Expires})
+	topic := ClaimTopic(c.cfg.Prefix, taskID)
+	var flushed chan struct{}
+	if c.unsubQ[topic] {
+		// Its subscription is not ended yet: end it first, so that the
+		// hub does not send this device its own done claim.
+		flushed = make(chan struct{})
+		c.flushWait = append(c.flushWait, flushed)
+	}
 	c.mu.Unlock()
+	if flushed != nil {
+		c.kick()
+		select {
+		case <-flushed:
+		case <-time.After(5 * time.Second):
+		}
+	}
 	b, _ := json.Marshal(cl)
-	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	c.client.Publish(topic, 1, true, b)
 	if len(early) > 0 {
 		c.cfg.Log.Warn().Int("claims", len(early)).Int("max", MaxDoneClaims).
 			Msg("fleet: too many done claims to remember; the oldest are cleared before their time")
@@ -408,6 +502,154 @@ func (c *Claims) Done(taskID string) {
 			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
 		}
 	}
+}
+
+// kick wakes subscriptions.
+func (c *Claims) kick() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// errClosed answers the subscriptions asked for of closed Claims.
+var errClosed = errors.New("the claims are closed")
+
+// maxBatch bounds the topic filters of one SUBSCRIBE or UNSUBSCRIBE
+// (about 60 KiB): the rest go in the next one.
+const maxBatch = 1024
+
+// batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
+// batch goes (the Claim calls waiting for it give up at ClaimTimeout).
+const batchTimeout = ClaimTimeout
+
+// subscriptions sends the subscriptions asked for by Claim and the
+// unsubscriptions of the topics decided, in batches: one SUBSCRIBE and one
+// UNSUBSCRIBE on their way at a time, each carrying every topic queued
+// while the previous one was (an UNSUBSCRIBE goes at once when Done waits
+// for it). Under load a fleet task's claim then costs the hub and the
+// device a fraction of a SUBSCRIBE and of an UNSUBSCRIBE round trip,
+// where it cost one of each; idle, a claim's subscription goes at once.
+//
+// An UNSUBSCRIBE is handed to the client before a SUBSCRIBE taken at the
+// same time; a topic asked for again before its UNSUBSCRIBE went leaves
+// the queue of unsubscriptions (its SUBSCRIBE replaces the subscription,
+// and the hub sends the retained claim again). So a Claim call's
+// subscription is never ended by an UNSUBSCRIBE sent after it.
+func (c *Claims) subscriptions(ctx context.Context) {
+	var (
+		subTok, unsubTok     paho.Token
+		subDone, unsubDone   <-chan struct{}
+		subTimer, unsubTimer <-chan time.Time
+		batch                map[string][]chan subResult
+	)
+	answer := func(err error) {
+		var codes map[string]byte
+		if st, ok := subTok.(*paho.SubscribeToken); ok && err == nil {
+			codes = st.Result()
+		}
+		for topic, ws := range batch {
+			r := subResult{err: err}
+			if err == nil {
+				code, ok := codes[topic]
+				if !ok {
+					r.err = errors.New("no return code for it in the SUBACK")
+				}
+				r.code = code
+			}
+			for _, w := range ws {
+				w <- r // buffered: one answer per waiter
+			}
+		}
+		subTok, subDone, subTimer, batch = nil, nil, nil, nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			// Closed: the Claim calls waiting for a SUBACK, and those to
+			// come, get an error at once.
+			answer(errClosed)
+			c.mu.Lock()
+			c.closed = true
+			for _, ws := range c.subQ {
+				for _, w := range ws {
+					w <- subResult{err: errClosed}
+				}
+			}
+			c.subQ = map[string][]chan subResult{}
+			c.mu.Unlock()
+			return
+		case <-c.wake:
+		case <-subDone:
+			answer(subTok.Error())
+		case <-subTimer:
+			answer(errors.New("no SUBACK from the broker"))
+		case <-unsubDone:
+			unsubTok, unsubDone, unsubTimer = nil, nil, nil
+		case <-unsubTimer:
+			unsubTok, unsubDone, unsubTimer = nil, nil, nil
+		}
+		c.mu.Lock()
+		var unsub []string
+		var flushed []chan struct{}
+		if len(c.unsubQ) > 0 && (unsubTok == nil || len(c.flushWait) > 0) {
+			// A flush takes them all (Done waits for its own topic).
+			n := len(c.unsubQ)
+			if len(c.flushWait) == 0 {
+				n = min(n, maxBatch)
+			}
+			unsub = make([]string, 0, n)
+			for topic := range c.unsubQ {
+				if len(unsub) == n {
+					break
+				}
+				unsub = append(unsub, topic)
+				delete(c.unsubQ, topic)
+			}
+		}
+		flushed, c.flushWait = c.flushWait, nil
+		var filters map[string]byte
+		if subTok == nil && len(c.subQ) > 0 {
+			batch = make(map[string][]chan subResult, min(len(c.subQ), maxBatch))
+			for topic, ws := range c.subQ {
+				if len(batch) == maxBatch {
+					break
+				}
+				batch[topic] = ws
+				delete(c.subQ, topic)
+			}
+			filters = make(map[string]byte, len(batch))
+			for topic := range batch {
+				filters[topic] = 1
+			}
+		}
+		if unsub != nil {
+			c.batches[1]++
+		}
+		if filters != nil {
+			c.batches[0]++
+		}
+		c.mu.Unlock()
+		if unsub != nil {
+			unsubTok = c.client.Unsubscribe(unsub...)
+			unsubDone, unsubTimer = unsubTok.Done(), time.After(batchTimeout)
+		}
+		for _, f := range flushed {
+			close(f)
+		}
+		if filters != nil {
+			subTok = c.client.SubscribeMultiple(filters, nil)
+			subDone, subTimer = subTok.Done(), time.After(batchTimeout)
+		}
+	}
+}
+
+// Batches returns how many SUBSCRIBE and UNSUBSCRIBE packets the claims
+// sent.
+func (c *Claims) Batches() (subscribe, unsubscribe uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.batches[0], c.batches[1]
 }
 
 // sweep clears, every minute, the retained done claims of this device that

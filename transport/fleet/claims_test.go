@@ -299,3 +299,150 @@ func TestClaimOfDoneTaskKeepsDone(t *testing.T) {
 		t.Errorf("the device keeps %d claims after the copy", held)
 	}
 }
+
+// TestClaimLoserRestoredByAThird: dev-a claims a task, dev-b claims a copy
+// and loses. While dev-b's claim was the retained one (between its claim
+// and the restore of dev-a's), a third device subscribed, took dev-b's
+// claim for the holder, lost to it, and restored it: dev-b's claim is
+// retained again. A further copy reaching dev-b must still be dev-a's
+// (dev-b ran it otherwise: a task run twice, as `make fleet-sim` saw with
+// many copies published again while devices were killed), and dev-b puts
+// dev-a's claim back.
+func TestClaimLoserRestoredByAThird(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	start := func(dev string) *Claims {
+		c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: dev, Agent: "master",
+			Log: zerolog.New(zerolog.NewTestWriter(t))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c
+	}
+	a, b := start("dev-a"), start("dev-b")
+	ctx := context.Background()
+	const id = "t-chain"
+	if owner, mine, err := a.Claim(ctx, id); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("dev-a: %s %v %v", owner, mine, err)
+	}
+	if owner, mine, err := b.Claim(ctx, id); err != nil || mine || owner != "dev-a" {
+		t.Fatalf("dev-b, first copy: %s %v %v", owner, mine, err)
+	}
+	// The third device's restore of dev-b's claim.
+	col := mqtttest.Collect(t, m.URL(), "watch", true, ClaimTopic("openstarry", id))
+	stale, _ := json.Marshal(Claim{TaskID: id, Device: "dev-b", Agent: "master", State: ClaimRunning,
+		Expires: time.Now().Add(time.Hour).UTC(), Nonce: "0123456789abcdef", Restore: true})
+	if pub := col.Client.Publish(ClaimTopic("openstarry", id), 1, true, stale); !pub.WaitTimeout(10*time.Second) || pub.Error() != nil {
+		t.Fatalf("the third device's restore: %v", pub.Error())
+	}
+	if owner, mine, err := b.Claim(ctx, id); err != nil || mine || owner != "dev-a" {
+		t.Fatalf("dev-b, a copy after its claim was restored by a third device: %s %v %v (want dev-a's)", owner, mine, err)
+	}
+	var last Claim
+	wait.For(t, 10*time.Second, "dev-a's claim retained again", func() bool {
+		ms := col.Messages(ClaimTopic("openstarry", id))
+		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &last) == nil && last.Device == "dev-a"
+	})
+}
+
+// BenchmarkClaim: Claim then Done of distinct fleet tasks, 64 at a time as
+// a device's agent makes them under load, against a real Mosquitto; it
+// reports the processor time of this process (the device's side) per task.
+func BenchmarkClaim(b *testing.B) {
+	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+		b.Fatal(err)
+	}
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := "b-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				b.Error(id, mine, err)
+				return
+			}
+			c.Done(id)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/task")
+	sub, unsub := c.Batches()
+	b.ReportMetric(float64(b.N)/float64(max(sub, 1)), "tasks/SUBSCRIBE")
+	b.ReportMetric(float64(b.N)/float64(max(unsub, 1)), "tasks/UNSUBSCRIBE")
+}
+
+// TestClaimAfterClose: a Claim of closed claims fails at once with
+// ErrNoClaim (the caller asks again or stops), not at its 30 s timeout.
+func TestClaimAfterClose(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, mine, err := c.Claim(context.Background(), "before"); err != nil || !mine {
+		t.Fatalf("before Close: %v %v", mine, err)
+	}
+	c.Close()
+	done := make(chan error, 1)
+	go func() { _, _, err := c.Claim(context.Background(), "after"); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoClaim) {
+			t.Fatalf("after Close: %v, want ErrNoClaim", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a Claim after Close still waits after 10s")
+	}
+}
+
+// TestClaimsManyAtOnce: more claims at once than one SUBSCRIBE carries
+// (maxBatch): every one is decided, in a few SUBSCRIBE packets.
+func TestClaimsManyAtOnce(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, _, err := c.Claim(context.Background(), "warm"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*maxBatch + 500
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, mine, err := c.Claim(context.Background(), "many-"+strconv.Itoa(i)); err != nil || !mine {
+				errs <- fmt.Errorf("many-%d: %v %v", i, mine, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	sub, _ := c.Batches()
+	t.Logf("%d claims at once in %d SUBSCRIBE packets", n, sub-1)
+	if sub-1 < 3 || sub-1 > n/2 {
+		t.Fatalf("%d claims at once in %d SUBSCRIBE packets: want at least 3 (at most %d topics each) and far fewer than claims", n, sub-1, maxBatch)
+	}
+}

@@ -119,7 +119,7 @@ func sendCommand(ctx context.Context, dial mqtt.DialOptions, prefix, device, nam
 		return nil, err
 	}
 	defer func() { pc.Disconnect(100) }()
-	verified, err := mqtt.PublishChecked(ctx, pc, CommandTopic(prefix, device, name), env, dial.Username, timeout)
+	verified, err := mqtt.PublishReported(ctx, dial, pc, CommandTopic(prefix, device, name), env, timeout)
 	if err != nil {
 		return nil, err
 	}

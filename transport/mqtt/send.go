@@ -126,7 +126,8 @@ func SendTask(ctx context.Context, o SendOptions, task []byte) (json.RawMessage,
 				ct, userName(o.Username), t.TaskID))
 		}
 	}
-	verified, err := PublishChecked(ctx, pc, topic, task, o.Username, o.Timeout)
+	verified, err := PublishReported(ctx, DialOptions{Broker: o.Broker, Username: o.Username, Password: o.Password,
+		CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile}, pc, topic, task, o.Timeout)
 	if err != nil {
 		return nil, err
 	}
