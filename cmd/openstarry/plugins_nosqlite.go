@@ -14,6 +14,7 @@ func init() {
 	plugin.Omit("storage.sqlite", "nosqlite")
 	plugin.Omit("memory.fts", "nosqlite")
 	plugin.Omit("sessionstore.sqlite", "nosqlite")
+	plugin.Omit("sessionbackup.files", "nosqlite")
 	plugin.Omit("sessions.daemon", "nosqlite")
 }
 

@@ -4,12 +4,16 @@
 // The store (Store, storage.go: a plugin of kind sessionstore, handed in
 // as Options.OpenStore; storage/sessionsql keeps it in DATA/sessions.db,
 // SQLite) is primary; the JSON files under DATA/projects/{project_id}/ are
-// its backup, written by this package atomically (temporary file, fsync,
-// rename, directory fsync) with mode 0600 in 0700 directories. A missing
-// sessions.db is rebuilt from the JSON files; a damaged JSON file is
-// rewritten from the store. Both are logged with what was rebuilt. This
-// package holds no SQL and no HTTP handler: transport/sessionapi serves
-// the Manager over HTTP.
+// its backup. This package owns their formats (files.go: the types and
+// their strict decoders) and decides what they contain and when they are
+// written, read and rebuilt (persist.go); their bytes go through a Backup
+// (backup.go: a plugin of kind sessionbackup, handed in as
+// Options.OpenBackup; storage/sessionfiles writes them atomically —
+// temporary file, fsync, rename, directory fsync — with mode 0600 in 0700
+// directories). A missing sessions.db is rebuilt from the JSON files; a
+// damaged JSON file is rewritten from the store. Both are logged with what
+// was rebuilt. This package holds no SQL, no HTTP handler and does not
+// write files: transport/sessionapi serves the Manager over HTTP.
 //
 // The invariant that keeps the plan and the agents from disagreeing: an
 // attempt of a plan task is handed to its agent under an id unique per

@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/openstarry/openstarry-edge/core/atomicfile"
 )
 
 // FileSchemaVersion is the schema_version of every JSON file written here.
@@ -295,37 +292,4 @@ func validApprovalStatus(s string) bool {
 		return true
 	}
 	return false
-}
-
-// writeJSONFile writes v atomically with mode 0600, its directory 0700.
-func writeJSONFile(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	data, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(data, '\n'), 0o600)
-}
-
-// writeRawFile writes JSON bytes atomically with mode 0600.
-func writeRawFile(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(path, append(append([]byte{}, data...), '\n'), 0o600)
-}
-
-// mkdirs makes the session's directories 0700 whatever the umask.
-func mkdirs(dirs ...string) error {
-	for _, d := range dirs {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return err
-		}
-		if err := os.Chmod(d, 0o700); err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -88,6 +88,9 @@ type Options struct {
 	// SummaryTimeout bounds the wait for the master's context summary;
 	// default 60s.
 	SummaryTimeout time.Duration
+	// OpenBackup opens the store's JSON backup in the data directory
+	// (the plugin sessionbackup.files: LookupBackup("files")); required.
+	OpenBackup BackupOpener
 }
 
 // Manager is session continuity: it owns the store (sessions.db) and the
@@ -95,11 +98,12 @@ type Options struct {
 // (transport/sessionapi serves it over HTTP). Its methods are safe
 // for concurrent use.
 type Manager struct {
-	o     Options
-	log   zerolog.Logger
-	now   func() time.Time
-	lay   Layout
-	store Store
+	o      Options
+	log    zerolog.Logger
+	now    func() time.Time
+	lay    Layout
+	store  Store
+	backup Backup
 
 	agentsMu sync.Mutex
 	agents   Agents
@@ -136,11 +140,16 @@ func Open(ctx context.Context, o Options) (*Manager, error) {
 	if o.OpenStore == nil {
 		return nil, errors.New("sessions: no session store (Options.OpenStore)")
 	}
+	if o.OpenBackup == nil {
+		return nil, errors.New("sessions: no session backup (Options.OpenBackup)")
+	}
 	m := &Manager{o: o, log: o.Log, now: o.Now, lay: Layout{Data: o.Data}, runs: map[string]*run{}}
 	m.life, m.stop = context.WithCancel(context.Background())
-	if err := mkdirs(o.Data); err != nil {
+	b, err := o.OpenBackup(o.Data)
+	if err != nil {
 		return nil, fmt.Errorf("sessions: %w", err)
 	}
+	m.backup = b
 	_, statErr := os.Stat(m.lay.DB())
 	missing := errors.Is(statErr, os.ErrNotExist)
 	st, err := o.OpenStore(ctx, m.lay.DB())
@@ -250,7 +259,7 @@ func (m *Manager) CreateProject(ctx context.Context, req *CreateRequest) (*Proje
 	if err := m.writeProjectFile(p, tasks); err != nil {
 		return nil, err
 	}
-	if err := mkdirs(m.lay.SessionDir(p.ID, sess.ID), m.lay.Artifacts(p.ID, sess.ID)); err != nil {
+	if err := m.backup.MakeSessionDirs(p.ID, sess.ID); err != nil {
 		return nil, err
 	}
 	m.saveFiles(ctx, p.ID, sess.ID, true)
@@ -427,7 +436,7 @@ func (m *Manager) SessionDetail(ctx context.Context, projectID, sessionID string
 			v.Approvals = append(v.Approvals, a)
 		}
 	}
-	if raw, rerr := os.ReadFile(m.lay.ResumeContextFile(projectID, sessionID)); rerr == nil && json.Valid(raw) {
+	if raw, rerr := m.backup.Read(projectID, sessionID, FileResumeContext); rerr == nil && json.Valid(raw) {
 		v.ResumeContext = raw
 	}
 	v.Approaches, err = m.approachesFile(ctx, projectID, sessionID)
@@ -541,7 +550,7 @@ func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*Res
 	if err != nil {
 		return nil, err
 	}
-	if err := mkdirs(m.lay.SessionDir(projectID, child.ID), m.lay.Artifacts(projectID, child.ID)); err != nil {
+	if err := m.backup.MakeSessionDirs(projectID, child.ID); err != nil {
 		return nil, err
 	}
 	m.saveFiles(ctx, projectID, sessionID, true)
@@ -550,7 +559,7 @@ func (m *Manager) Resume(ctx context.Context, projectID, sessionID string) (*Res
 	// Bounded, so that every task that carries it stays far below an
 	// agent's task size limit; cut so that it stays JSON.
 	raw, _ = jsonclip.Clip(raw, MaxResumeContext)
-	if err := writeRawFile(m.lay.ResumeContextFile(projectID, child.ID), raw); err != nil {
+	if err := m.backup.Write(projectID, child.ID, FileResumeContext, append(append([]byte{}, raw...), '\n')); err != nil {
 		m.log.Error().Err(err).Str("session", child.ID).Msg("resume_context.json not written; the dispatcher holds the context")
 	}
 	m.log.Info().Str("project", projectID).Str("session", child.ID).Str("parent", sessionID).

@@ -22,6 +22,7 @@ import (
 	. "github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/storage/sessionfiles"
 	"github.com/openstarry/openstarry-edge/storage/sessionsql"
 	"github.com/openstarry/openstarry-edge/transport/sessionapi"
 )
@@ -77,7 +78,7 @@ func (a *agentsFake) count(id string) int {
 func openManager(t *testing.T, data string, logs *logbuf.Buffer) *Manager {
 	t.Helper()
 	m, err := Open(context.Background(), Options{Data: data, Log: zerolog.New(logs), PollInterval: 5 * time.Millisecond, OpenStore: openStore,
-		CheckpointInterval: 20 * time.Millisecond})
+		CheckpointInterval: 20 * time.Millisecond, OpenBackup: sessionfiles.Open})
 	if err != nil {
 		t.Fatal(err)
 	}

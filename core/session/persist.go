@@ -2,12 +2,21 @@ package session
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"time"
 )
+
+// writeJSON writes v, indented, as the file f of the backup.
+func (m *Manager) writeJSON(projectID, sessionID string, f BackupFile, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return m.backup.Write(projectID, sessionID, f, append(data, '\n'))
+}
 
 // writeProjectFile writes project.json.
 func (m *Manager) writeProjectFile(p *Project, tasks []PlanTask) error {
@@ -17,10 +26,7 @@ func (m *Manager) writeProjectFile(p *Project, tasks []PlanTask) error {
 		f.Tasks = append(f.Tasks, PlanTaskEntry{ID: t.ID, Phase: t.Phase, Type: t.TaskType, Name: t.Name, Input: t.Input,
 			DependsOn: t.DependsOn, AssignedTo: t.AssignedTo, Approval: t.Approval})
 	}
-	if err := mkdirs(m.lay.Projects(), m.lay.ProjectDir(p.ID)); err != nil {
-		return err
-	}
-	return writeJSONFile(m.lay.ProjectFile(p.ID), f)
+	return m.writeJSON(p.ID, "", FileProject, f)
 }
 
 // checkpointOf builds state_checkpoint.json from the database.
@@ -123,10 +129,10 @@ func (m *Manager) writeCheckpoint(ctx context.Context, projectID, sessionID stri
 	if err != nil {
 		return err
 	}
-	if err := mkdirs(m.lay.SessionDir(projectID, sessionID), m.lay.Artifacts(projectID, sessionID)); err != nil {
+	if err := m.backup.MakeSessionDirs(projectID, sessionID); err != nil {
 		return err
 	}
-	if err := writeJSONFile(m.lay.Checkpoint(projectID, sessionID), cp); err != nil {
+	if err := m.writeJSON(projectID, sessionID, FileCheckpoint, cp); err != nil {
 		return err
 	}
 	rf := RemainingFileJSON{SchemaVersion: FileSchemaVersion, ProjectID: projectID, SessionID: sessionID,
@@ -139,7 +145,7 @@ func (m *Manager) writeCheckpoint(ctx context.Context, projectID, sessionID stri
 			Status: t.Status, ProgressPercent: t.ProgressPercent, DependsOn: t.DependsOn, BlockedBy: blockedBy(cp.Tasks, t),
 			AssignedTo: t.AssignedTo})
 	}
-	return writeJSONFile(m.lay.RemainingFile(projectID, sessionID), rf)
+	return m.writeJSON(projectID, sessionID, FileRemaining, rf)
 }
 
 func (m *Manager) approachesOf(ctx context.Context, projectID, sessionID string) (*ApproachesFileJSON, error) {
@@ -167,7 +173,7 @@ func (m *Manager) writeApproaches(ctx context.Context, projectID, sessionID stri
 	if err != nil {
 		return err
 	}
-	return writeJSONFile(m.lay.ApproachesFile(projectID, sessionID), f)
+	return m.writeJSON(projectID, sessionID, FileApproaches, f)
 }
 
 // readCheckpoint reads state_checkpoint.json; a missing or damaged file
@@ -175,7 +181,7 @@ func (m *Manager) writeApproaches(ctx context.Context, projectID, sessionID stri
 // warning.
 func (m *Manager) readCheckpoint(ctx context.Context, projectID, sessionID string) (*CheckpointFile, error) {
 	path := m.lay.Checkpoint(projectID, sessionID)
-	data, err := os.ReadFile(path)
+	data, err := m.backup.Read(projectID, sessionID, FileCheckpoint)
 	if err == nil {
 		cp, derr := DecodeCheckpoint(data)
 		if derr == nil && cp.ProjectID == projectID && cp.SessionID == sessionID {
@@ -185,7 +191,7 @@ func (m *Manager) readCheckpoint(ctx context.Context, projectID, sessionID strin
 			derr = fmt.Errorf("%w: names %s/%s", ErrDamaged, cp.ProjectID, cp.SessionID)
 		}
 		m.log.Warn().Str("file", path).Err(derr).Msgf("%s is damaged: the database wins; rewriting it from sessions.db", path)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, ErrNoFile) {
 		m.log.Warn().Str("file", path).Err(err).Msg("state_checkpoint.json unreadable: the database wins")
 	}
 	if err := m.writeCheckpoint(ctx, projectID, sessionID); err != nil {
@@ -198,7 +204,7 @@ func (m *Manager) readCheckpoint(ctx context.Context, projectID, sessionID strin
 // or inconsistent file, which is then rewritten.
 func (m *Manager) approachesFile(ctx context.Context, projectID, sessionID string) (*ApproachesFileJSON, error) {
 	path := m.lay.ApproachesFile(projectID, sessionID)
-	data, err := os.ReadFile(path)
+	data, err := m.backup.Read(projectID, sessionID, FileApproaches)
 	if err == nil {
 		f, derr := DecodeApproaches(data)
 		if derr == nil && f.SessionID == sessionID {
@@ -208,7 +214,7 @@ func (m *Manager) approachesFile(ctx context.Context, projectID, sessionID strin
 			derr = fmt.Errorf("%w: names session %s", ErrDamaged, f.SessionID)
 		}
 		m.log.Warn().Str("file", path).Err(derr).Msgf("%s is damaged: the database wins; rewriting it from sessions.db", path)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	} else if !errors.Is(err, ErrNoFile) {
 		m.log.Warn().Str("file", path).Err(err).Msg("approaches.json unreadable: the database wins")
 	}
 	if err := m.writeApproaches(ctx, projectID, sessionID); err != nil {
@@ -226,7 +232,7 @@ func (m *Manager) checkFiles(ctx context.Context) error {
 	}
 	for _, p := range projects {
 		path := m.lay.ProjectFile(p.ID)
-		data, err := os.ReadFile(path)
+		data, err := m.backup.Read(p.ID, "", FileProject)
 		var derr error
 		if err == nil {
 			var f *ProjectFileJSON
@@ -258,7 +264,7 @@ func (m *Manager) checkFiles(ctx context.Context) error {
 				return err
 			}
 			rp := m.lay.RemainingFile(p.ID, s.ID)
-			if data, err := os.ReadFile(rp); err != nil || !remainingOK(data, s.ID) {
+			if data, err := m.backup.Read(p.ID, s.ID, FileRemaining); err != nil || !remainingOK(data, s.ID) {
 				m.log.Warn().Str("file", rp).Msgf("%s is damaged or missing: the database wins; rewriting it from sessions.db", rp)
 				if err := m.writeCheckpoint(ctx, p.ID, s.ID); err != nil {
 					m.log.Error().Err(err).Str("file", rp).Msg("rewriting remaining_tasks.json")
@@ -279,20 +285,17 @@ func remainingOK(data []byte, sessionID string) bool {
 // first) for the session rows, the task states and the approvals, and
 // approaches.json for the approaches. It returns the projects rebuilt.
 func (m *Manager) rebuild(ctx context.Context) (int, error) {
-	entries, err := os.ReadDir(m.lay.Projects())
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
-	}
+	names, err := m.backup.Projects()
 	if err != nil {
 		return 0, err
 	}
 	n := 0
-	for _, e := range entries {
-		if !e.IsDir() || ValidateProjectID(e.Name()) != nil {
+	for _, name := range names {
+		if ValidateProjectID(name) != nil {
 			continue
 		}
-		if err := m.rebuildProject(ctx, e.Name()); err != nil {
-			m.log.Error().Err(err).Str("project", e.Name()).Msgf("project %s could not be rebuilt from its files", e.Name())
+		if err := m.rebuildProject(ctx, name); err != nil {
+			m.log.Error().Err(err).Str("project", name).Msgf("project %s could not be rebuilt from its files", name)
 			continue
 		}
 		n++
@@ -301,7 +304,7 @@ func (m *Manager) rebuild(ctx context.Context) (int, error) {
 }
 
 func (m *Manager) rebuildProject(ctx context.Context, projectID string) error {
-	data, err := os.ReadFile(m.lay.ProjectFile(projectID))
+	data, err := m.backup.Read(projectID, "", FileProject)
 	if err != nil {
 		return err
 	}
@@ -313,21 +316,20 @@ func (m *Manager) rebuildProject(ctx context.Context, projectID string) error {
 		return fmt.Errorf("project.json names %s", pf.ID)
 	}
 	// The sessions, oldest first.
-	dir := m.lay.ProjectDir(projectID) + "/sessions"
-	entries, _ := os.ReadDir(dir)
+	names, _ := m.backup.Sessions(projectID)
 	var cps []*CheckpointFile
-	for _, e := range entries {
-		if !e.IsDir() || ValidateSessionID(e.Name()) != nil {
+	for _, name := range names {
+		if ValidateSessionID(name) != nil {
 			continue
 		}
-		data, err := os.ReadFile(m.lay.Checkpoint(projectID, e.Name()))
+		data, err := m.backup.Read(projectID, name, FileCheckpoint)
 		if err != nil {
-			m.log.Warn().Err(err).Str("session", e.Name()).Msg("rebuild: session without a readable checkpoint; skipped")
+			m.log.Warn().Err(err).Str("session", name).Msg("rebuild: session without a readable checkpoint; skipped")
 			continue
 		}
 		cp, err := DecodeCheckpoint(data)
-		if err != nil || cp.Session == nil || cp.SessionID != e.Name() {
-			m.log.Warn().Err(err).Str("session", e.Name()).Msg("rebuild: damaged checkpoint; session skipped")
+		if err != nil || cp.Session == nil || cp.SessionID != name {
+			m.log.Warn().Err(err).Str("session", name).Msg("rebuild: damaged checkpoint; session skipped")
 			continue
 		}
 		cps = append(cps, cp)
@@ -378,7 +380,7 @@ func (m *Manager) rebuildProject(ctx context.Context, projectID string) error {
 				return err
 			}
 		}
-		data, err := os.ReadFile(m.lay.ApproachesFile(projectID, cp.SessionID))
+		data, err := m.backup.Read(projectID, cp.SessionID, FileApproaches)
 		if err != nil {
 			continue
 		}
@@ -412,7 +414,7 @@ func (m *Manager) lastAlive(ctx context.Context, s *Session) time.Time {
 			last = *t
 		}
 	}
-	if data, err := os.ReadFile(m.lay.Checkpoint(s.ProjectID, s.ID)); err == nil {
+	if data, err := m.backup.Read(s.ProjectID, s.ID, FileCheckpoint); err == nil {
 		if cp, err := DecodeCheckpoint(data); err == nil && cp.SessionID == s.ID {
 			later(&cp.Timestamp)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/session"
 	"github.com/openstarry/openstarry-edge/internal/logbuf"
+	"github.com/openstarry/openstarry-edge/storage/sessionfiles"
 	"github.com/openstarry/openstarry-edge/storage/sessionsql"
 )
 
@@ -25,7 +26,7 @@ func openManager(t *testing.T, data string, logs *logbuf.Buffer) *session.Manage
 		return st, nil
 	}
 	m, err := session.Open(context.Background(), session.Options{Data: data, Log: zerolog.New(logs), OpenStore: open,
-		PollInterval: 5 * time.Millisecond, CheckpointInterval: 20 * time.Millisecond})
+		PollInterval: 5 * time.Millisecond, CheckpointInterval: 20 * time.Millisecond, OpenBackup: sessionfiles.Open})
 	if err != nil {
 		t.Fatal(err)
 	}

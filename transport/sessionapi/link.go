@@ -27,18 +27,23 @@ func NewLink(store string) (daemon.SessionLink, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &link{open: open}, nil
+	backup, err := session.LookupBackup("files")
+	if err != nil {
+		return nil, err
+	}
+	return &link{open: open, backup: backup}, nil
 }
 
 // link is a session.Manager as the daemon holds it.
 type link struct {
-	open session.StoreOpener
-	m    *session.Manager // set by Open
-	log  zerolog.Logger
+	open   session.StoreOpener
+	backup session.BackupOpener
+	m      *session.Manager // set by Open
+	log    zerolog.Logger
 }
 
 func (l *link) Open(ctx context.Context, env daemon.SessionEnv, reason string) (int, error) {
-	m, err := session.Open(ctx, session.Options{Data: env.Data, Log: env.Log, OpenStore: l.open, Now: env.Now,
+	m, err := session.Open(ctx, session.Options{Data: env.Data, Log: env.Log, OpenStore: l.open, OpenBackup: l.backup, Now: env.Now,
 		CheckpointInterval: env.CheckpointInterval})
 	if err != nil {
 		return 0, fmt.Errorf("state database: %w", err)

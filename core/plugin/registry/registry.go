@@ -40,6 +40,10 @@ const (
 	KindClaims       Kind = "claims"       // fleet task claims of the MQTT transport: mqtt.ClaimsFactory (transport/mqtt)
 )
 
+// KindSessionBackup: session continuity's JSON backup (DATA/projects):
+// session.BackupOpener (core/session).
+const KindSessionBackup Kind = "sessionbackup"
+
 // Info describes one plugin. ID is "kind.name"; New is the plugin's
 // constructor (or, for a tool, the tool itself), of the type its kind was
 // declared with.
