@@ -351,3 +351,54 @@ func callsRegistry(body *ast.BlockStmt) bool {
 	})
 	return found
 }
+
+// TestCoreSessionNoFileIO: core/session writes no file. It owns the JSON
+// backup's formats and decides what the files hold and when they are
+// written (issue #31); their bytes go through session.Backup, which
+// storage/sessionfiles implements (the plugin sessionbackup.files). No
+// non-test file of core/session may call os's file-writing functions or
+// import core/atomicfile.
+func TestCoreSessionNoFileIO(t *testing.T) {
+	writes := map[string]bool{"WriteFile": true, "Create": true, "CreateTemp": true, "OpenFile": true, "Mkdir": true,
+		"MkdirAll": true, "MkdirTemp": true, "Rename": true, "Remove": true, "RemoveAll": true, "Chmod": true, "Truncate": true}
+	dir := filepath.Join("..", "..", "core", "session")
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil || len(names) < 5 {
+		t.Fatalf("core/session: %d files (%v)", len(names), err)
+	}
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		file, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		osName := ""
+		for _, imp := range file.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			switch path {
+			case "github.com/openstarry/openstarry-edge/core/atomicfile":
+				t.Errorf("%s imports core/atomicfile: the backup's files are written by storage/sessionfiles (session.Backup)", name)
+			case "os":
+				osName = "os"
+				if imp.Name != nil {
+					osName = imp.Name.Name
+				}
+			}
+		}
+		if osName == "" {
+			continue
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			if id, ok := sel.X.(*ast.Ident); ok && id.Name == osName && writes[sel.Sel.Name] {
+				t.Errorf("%s calls os.%s: core/session writes no file; the backup's go through session.Backup (storage/sessionfiles)", name, sel.Sel.Name)
+			}
+			return true
+		})
+	}
+}
