@@ -6,7 +6,8 @@
 // session.ErrConflict), the derived fields (a project's newest session, a
 // task waiting for its approval), idempotent approvals, the revision
 // history carried to a later attempt, atomic resume, durability across a
-// reopen, and concurrent writers.
+// reopen, and concurrent writers. RunBackup is the suite of the stores' JSON
+// backup (session.Backup, the plugin kind sessionbackup).
 package sessiontest
 
 import (
