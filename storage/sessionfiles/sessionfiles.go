@@ -80,10 +80,18 @@ func (b *Files) Read(projectID, sessionID string, f session.BackupFile) ([]byte,
 	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %v", session.ErrNoFile, err)
+		return nil, noFile{err}
 	}
 	return data, err
 }
+
+// noFile is a missing file: it is session.ErrNoFile and says what os said
+// (the path), as the logs always have.
+type noFile struct{ err error }
+
+func (e noFile) Error() string        { return e.err.Error() }
+func (e noFile) Unwrap() error        { return e.err }
+func (e noFile) Is(target error) bool { return target == session.ErrNoFile }
 
 // MakeSessionDirs makes the session's directory and its artifacts
 // directory, 0700 whatever the umask.
