@@ -21,7 +21,8 @@ func init() {
 
 // NewLink returns session continuity as the daemon runs it
 // (daemon.SessionLink) over the session store registered as store
-// ("sqlite"), unopened; an error says why there is no such store.
+// ("sqlite") and the JSON backup sessionbackup.files, unopened; an error
+// says why there is no such store or backup.
 func NewLink(store string) (daemon.SessionLink, error) {
 	open, err := session.LookupStore(store)
 	if err != nil {

@@ -129,7 +129,8 @@ func RunDaemon(ctx context.Context, o Options) error {
 
 // daemonSessions hands the daemon session continuity: the plugin
 // sessions.daemon (transport/sessionapi) over the store sessionstore.sqlite
-// (storage/sessionsql), both blank imports of the binary's
+// (storage/sessionsql) and its JSON backup sessionbackup.files
+// (storage/sessionfiles), all blank imports of the binary's
 // plugins_sqlite.go, or why there is none (a build with -tags nosqlite).
 func daemonSessions() daemon.Sessions {
 	link, missing := daemon.LookupSessions("sqlite")
