@@ -72,8 +72,10 @@ type ClaimsConfig struct {
 }
 
 // Claims makes a fleet task run on one device only. Before a fleet task
-// runs, the device subscribes to that task's claim topic alone, publishes
-// its claim there, retained, and waits for the broker to send it back: the
+// runs, the device subscribes to that task's claim topic alone, waits
+// until it has seen what the hub retained there (the barrier below), and,
+// unless another's claim holds, publishes its claim there, retained, and
+// waits for the broker to send it back: the
 // broker sends one topic's messages to every subscriber in one order, and a
 // claim retained before the subscription comes first, so every device that
 // claims a task agrees that the first claim of it wins. A device that lost
