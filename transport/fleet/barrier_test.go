@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/internal/wait"
+	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
 
@@ -150,8 +153,22 @@ func publishTopic(pk []byte) string {
 // on the hub (retained is the last one written), and a dev-b killed before
 // its claim came back found its own claim retained when it returned, and
 // ran the task a second time (make fleet-sim saw it).
+// On Mosquitto and on the embedded broker.
 func TestClaimWaitsForRetained(t *testing.T) {
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	t.Run("mosquitto", func(t *testing.T) {
+		claimWaitsForRetained(t, mqtttest.StartMosquitto(t, mqtttest.Options{}).URL())
+	})
+	t.Run("embedded", func(t *testing.T) {
+		b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		claimWaitsForRetained(t, b.URL())
+	})
+}
+
+func claimWaitsForRetained(t *testing.T, url string) {
 	start := func(dev, broker string) *Claims {
 		c, err := StartClaims(ClaimsConfig{Broker: broker, Prefix: "openstarry", Device: dev, Agent: "master",
 			Log: zerolog.New(zerolog.NewTestWriter(t))})
@@ -161,7 +178,7 @@ func TestClaimWaitsForRetained(t *testing.T) {
 		t.Cleanup(c.Close)
 		return c
 	}
-	a := start("dev-a", m.URL())
+	a := start("dev-a", url)
 	ctx := context.Background()
 	const id = "t-done"
 	if owner, mine, err := a.Claim(ctx, id); err != nil || !mine || owner != "dev-a" {
@@ -169,20 +186,20 @@ func TestClaimWaitsForRetained(t *testing.T) {
 	}
 	a.Done(id)
 	topic := ClaimTopic("openstarry", id)
-	col := mqtttest.Collect(t, m.URL(), "watch", true, topic)
+	col := mqtttest.Collect(t, url, "watch", true, topic)
 	wait.For(t, 10*time.Second, "dev-a's done claim retained", func() bool {
 		ms := col.Messages(topic)
 		var cl Claim
 		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &cl) == nil && cl.State == ClaimDone && cl.Device == "dev-a"
 	})
 
-	b := start("dev-b", startSlowRetained(t, m.URL(), "openstarry/fleet/claims/", 2*time.Second))
+	b := start("dev-b", startSlowRetained(t, url, "openstarry/fleet/claims/", 2*time.Second))
 	if owner, mine, err := b.Claim(ctx, id); err != nil || mine || owner != "dev-a" {
 		t.Fatalf("dev-b, a copy of dev-a's done task: %s %v %v, want dev-a's", owner, mine, err)
 	}
 	// Whatever dev-b published reached the watcher before its own
 	// retained look at the topic below.
-	look := mqtttest.Collect(t, m.URL(), "look", true, topic)
+	look := mqtttest.Collect(t, url, "look", true, topic)
 	var last Claim
 	wait.For(t, 10*time.Second, "the retained claim", func() bool {
 		ms := look.Messages(topic)
@@ -197,4 +214,53 @@ func TestClaimWaitsForRetained(t *testing.T) {
 			t.Errorf("dev-b published a claim over dev-a's done claim before it saw it: %s", msg.Payload)
 		}
 	}
+}
+
+// TestClaimsBarrierRefused: a hub whose ACL lets devices claim but not
+// use their own topics drops the barrier; the claims go without it
+// (logged), and fleet tasks still run.
+func TestClaimsBarrierRefused(t *testing.T) {
+	acl := filepath.Join(t.TempDir(), "acl")
+	if err := os.WriteFile(acl, []byte("topic readwrite openstarry/fleet/claims/#\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"acl_file " + acl}})
+	var logged syncBuffer
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(&logged)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	// Mosquitto grants the subscription and drops the barrier's publish:
+	// the first claim fails when the barrier does not come back (the
+	// agent asks again, as here), the next ones go without it.
+	wait.For(t, 90*time.Second, "t-1 claimed", func() bool {
+		owner, mine, err := c.Claim(context.Background(), "t-1")
+		return err == nil && mine && owner == "dev-a"
+	})
+	if owner, mine, err := c.Claim(context.Background(), "t-2"); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("t-2: %s %v %v", owner, mine, err)
+	}
+	if s := logged.String(); !strings.Contains(s, "claims' barrier") {
+		t.Errorf("no error logged about the barrier; the log:\n%s", s)
+	}
+}
+
+// syncBuffer is a log sink safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

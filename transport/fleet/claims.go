@@ -688,10 +688,12 @@ func (c *Claims) subscriptions(ctx context.Context) {
 				answer(errors.New("no SUBACK from the broker"))
 				break
 			}
-			// The barrier did not come back while connected: the hub
-			// drops it (its ACL); the claims go without it from now on.
+			// The barrier did not come back while connected. If none
+			// ever did, the hub drops it (its ACL): the claims go without
+			// it from now on. Otherwise the hub is slow: the Claim calls
+			// ask again.
 			c.mu.Lock()
-			if c.up && !c.noBarrier {
+			if c.up && !c.noBarrier && c.barrierCount == 0 {
 				c.noBarrier = true
 				c.cfg.Log.Error().Str("topic", c.barrierTopic).Msg("fleet: the broker did not send the claims' barrier back " +
 					"(allow devices their own topics, " + c.cfg.Prefix + "/{device}/#, in its ACL): a device may publish its claim " +
