@@ -39,6 +39,10 @@ type Claim struct {
 	// Restore marks a claim published again by a device that lost the
 	// race to it: it is the owner's, whatever came before.
 	Restore bool `json:"restore,omitempty"`
+
+	// capped: Expires was cut to the state's TTL from when this device
+	// saw the claim (not sent).
+	capped bool
 }
 
 // Defaults of ClaimsConfig.
@@ -68,8 +72,10 @@ type ClaimsConfig struct {
 }
 
 // Claims makes a fleet task run on one device only. Before a fleet task
-// runs, the device subscribes to that task's claim topic alone, publishes
-// its claim there, retained, and waits for the broker to send it back: the
+// runs, the device subscribes to that task's claim topic alone, waits
+// until it has seen what the hub retained there (the barrier below), and,
+// unless another's claim holds, publishes its claim there, retained, and
+// waits for the broker to send it back: the
 // broker sends one topic's messages to every subscriber in one order, and a
 // claim retained before the subscription comes first, so every device that
 // claims a task agrees that the first claim of it wins. A device that lost
@@ -121,6 +127,24 @@ type Claims struct {
 	wake      chan struct{}
 	batches   [2]uint64 // SUBSCRIBE and UNSUBSCRIBE packets sent
 	closed    bool      // Close was called: no more subscriptions
+
+	// The barrier of a batch: after its SUBACK, subscriptions publishes a
+	// message to barrierTopic (which every SUBSCRIBE also carries), and
+	// answers the batch's Claim calls only once onClaim has handled it.
+	// The hub handles one client's packets in order and queues a
+	// subscription's retained messages before it handles the next packet,
+	// and paho hands this connection's messages to onClaim one at a time
+	// in arrival order (OrderMatters): so when the barrier is handled,
+	// the retained claims of the batch's topics have been handled too. A
+	// SUBACK is no such barrier: paho completes the token when the SUBACK
+	// is read, before the messages read ahead of it reach onClaim. Without
+	// it a device could publish its claim over a claim it had not seen
+	// yet (a done one, say), and a device killed before its claim came
+	// back found it retained afterwards and ran the task a second time.
+	barrierTopic string
+	barriers     map[string]chan struct{} // nonce → closed when its barrier message was handled
+	noBarrier    bool                     // the hub refuses the barrier topic: claims go without it (logged)
+	barrierCount uint64                   // barrier messages handled
 }
 
 // subResult is the hub's answer to the subscription to one claim topic.
@@ -184,6 +208,12 @@ func ClaimsClientID(device, agent string) string {
 	return mqtt.ClientID(device, agent) + "-claims"
 }
 
+// BarrierTopic is the topic of the barrier messages of a claims
+// connection: under the device's own topics, which its hub user may use.
+func BarrierTopic(prefix, device, clientID string) string {
+	return prefix + "/" + device + "/claims/barrier/" + clientID
+}
+
 // NewClaims returns Claims that are not connected yet.
 func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if cfg.RunTTL <= 0 {
@@ -196,10 +226,12 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if err != nil {
 		return nil, err
 	}
+	clientID := ClaimsClientID(cfg.Device, cfg.Agent)
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
 		pending: map[string]chan claimWait{}, lost: map[string]Claim{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
-		wake: make(chan struct{}, 1)}
-	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(ClaimsClientID(cfg.Device, cfg.Agent)).
+		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}}
+	c.barrierTopic = BarrierTopic(cfg.Prefix, cfg.Device, clientID)
+	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(clientID).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
 		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).SetMaxReconnectInterval(30 * time.Second).
 		// Every message of this connection is a claim: they all go to the
@@ -272,9 +304,17 @@ func sameOwner(a, b Claim) bool {
 // onClaim keeps the claim that holds for a task being decided; the order
 // of arrival decides between two claimants.
 func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
-	taskID := m.Topic()[strings.LastIndexByte(m.Topic(), '/')+1:]
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if m.Topic() == c.barrierTopic {
+		if ch, ok := c.barriers[string(m.Payload())]; ok {
+			delete(c.barriers, string(m.Payload()))
+			c.barrierCount++
+			close(ch)
+		}
+		return
+	}
+	taskID := m.Topic()[strings.LastIndexByte(m.Topic(), '/')+1:]
 	c.received++
 	if c.deciding[taskID] == 0 {
 		return // decided already: a late message of an unsubscribed topic
@@ -296,7 +336,7 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		ttl = c.cfg.DoneTTL
 	}
 	if limit := now.Add(ttl); cl.Expires.After(limit) {
-		cl.Expires = limit
+		cl.Expires, cl.capped = limit, true
 	}
 	prev, had := c.seen[taskID]
 	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
@@ -432,6 +472,24 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil
 	}
+	// The barrier of the batch was handled: what the hub retained for this
+	// topic before the subscription is in c.seen. A claim of another
+	// claimant that holds wins, and no claim is published over it.
+	c.mu.Lock()
+	if prev, ok := c.seen[taskID]; ok && !sameOwner(prev, Claim{Device: c.cfg.Device, Agent: c.cfg.Agent}) && time.Now().Before(prev.Expires) {
+		c.remember(taskID, prev)
+		c.mu.Unlock()
+		if prev.capped {
+			// Its expires was beyond the TTL: retained again with the
+			// capped one, so that it holds no longer than that for every
+			// device (each would cap it anew from when it sees it).
+			prev.Restore = true
+			b, _ := json.Marshal(prev)
+			c.client.Publish(topic, 1, true, b)
+		}
+		return prev.Device, false, nil
+	}
+	c.mu.Unlock()
 	nb := make([]byte, 8)
 	_, _ = rand.Read(nb)
 	cl := Claim{TaskID: taskID, Device: c.cfg.Device, Agent: c.cfg.Agent, State: ClaimRunning,
@@ -542,6 +600,8 @@ func (c *Claims) subscriptions(ctx context.Context) {
 		subDone, unsubDone   <-chan struct{}
 		subTimer, unsubTimer <-chan time.Time
 		batch                map[string][]chan subResult
+		barrierDone          <-chan struct{}
+		barrierNonce         string
 	)
 	answer := func(err error) {
 		var codes map[string]byte
@@ -561,7 +621,42 @@ func (c *Claims) subscriptions(ctx context.Context) {
 				w <- r // buffered: one answer per waiter
 			}
 		}
-		subTok, subDone, subTimer, batch = nil, nil, nil, nil
+		if barrierNonce != "" {
+			c.mu.Lock()
+			delete(c.barriers, barrierNonce)
+			c.mu.Unlock()
+		}
+		subTok, subDone, subTimer, batch, barrierDone, barrierNonce = nil, nil, nil, nil, nil, ""
+	}
+	// barrier publishes the barrier of the batch whose SUBACK came; when
+	// the hub refused its topic, the batch is answered at once (logged).
+	barrier := func() {
+		st, _ := subTok.(*paho.SubscribeToken)
+		c.mu.Lock()
+		noBarrier := c.noBarrier
+		code, asked := byte(0), false
+		if st != nil && !noBarrier {
+			code, asked = st.Result()[c.barrierTopic]
+		}
+		if !noBarrier && (!asked || code > 2) {
+			c.noBarrier = true
+			c.cfg.Log.Error().Str("topic", c.barrierTopic).Msg("fleet: the broker refused the subscription to the claims' barrier " +
+				"(allow devices their own topics, " + c.cfg.Prefix + "/{device}/#, in its ACL): a device may publish its claim " +
+				"before it saw the claim retained, and a task may run twice")
+		}
+		if c.noBarrier {
+			c.mu.Unlock()
+			answer(nil)
+			return
+		}
+		nb := make([]byte, 8)
+		_, _ = rand.Read(nb)
+		barrierNonce = hex.EncodeToString(nb)
+		ch := make(chan struct{})
+		c.barriers[barrierNonce] = ch
+		c.mu.Unlock()
+		barrierDone, subDone, subTimer = ch, nil, time.After(batchTimeout)
+		c.client.Publish(c.barrierTopic, 1, false, []byte(barrierNonce))
 	}
 	for {
 		select {
@@ -581,9 +676,31 @@ func (c *Claims) subscriptions(ctx context.Context) {
 			return
 		case <-c.wake:
 		case <-subDone:
-			answer(subTok.Error())
+			if err := subTok.Error(); err != nil {
+				answer(err)
+			} else {
+				barrier()
+			}
+		case <-barrierDone:
+			answer(nil)
 		case <-subTimer:
-			answer(errors.New("no SUBACK from the broker"))
+			if barrierNonce == "" {
+				answer(errors.New("no SUBACK from the broker"))
+				break
+			}
+			// The barrier did not come back while connected. If none
+			// ever did, the hub drops it (its ACL): the claims go without
+			// it from now on. Otherwise the hub is slow: the Claim calls
+			// ask again.
+			c.mu.Lock()
+			if c.up && !c.noBarrier && c.barrierCount == 0 {
+				c.noBarrier = true
+				c.cfg.Log.Error().Str("topic", c.barrierTopic).Msg("fleet: the broker did not send the claims' barrier back " +
+					"(allow devices their own topics, " + c.cfg.Prefix + "/{device}/#, in its ACL): a device may publish its claim " +
+					"before it saw the claim retained, and a task may run twice")
+			}
+			c.mu.Unlock()
+			answer(errors.New("no barrier message back from the broker"))
 		case <-unsubDone:
 			unsubTok, unsubDone, unsubTimer = nil, nil, nil
 		case <-unsubTimer:
@@ -618,9 +735,14 @@ func (c *Claims) subscriptions(ctx context.Context) {
 				batch[topic] = ws
 				delete(c.subQ, topic)
 			}
-			filters = make(map[string]byte, len(batch))
+			filters = make(map[string]byte, len(batch)+1)
 			for topic := range batch {
 				filters[topic] = 1
+			}
+			if !c.noBarrier {
+				// Subscribed again with every batch (one filter more in
+				// the packet): the connection is a clean session.
+				filters[c.barrierTopic] = 1
 			}
 		}
 		if unsub != nil {
