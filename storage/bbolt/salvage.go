@@ -14,7 +14,6 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/atomicfile"
 	"github.com/openstarry/openstarry-edge/core/plugin"
-	"github.com/openstarry/openstarry-edge/core/privfs"
 )
 
 // Salvage: rebuilding a state.db whose structure is damaged.
@@ -321,18 +320,8 @@ func (s *Store) salvage(a *agentStore, why error) (err error) {
 
 	// The new file, created whole under a temporary name.
 	dir := filepath.Dir(a.path)
-	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
+	name, db, err := s.openTemp(dir)
 	defer os.Remove(name)
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	bo := s.tune.bolt
-	bo.Timeout = 0
-	db, err := bolt.Open(name, privfs.FileMode, &bo)
 	if err != nil {
 		return err
 	}

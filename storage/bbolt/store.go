@@ -583,18 +583,8 @@ func (s *Store) create(a *agentStore) error {
 	if err := privfs.MkdirAll(dir); err != nil {
 		return err
 	}
-	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
-	if err != nil {
-		return err
-	}
-	name := tmp.Name()
+	name, db, err := s.openTemp(dir)
 	defer os.Remove(name)
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	bo := s.tune.bolt
-	bo.Timeout = 0
-	db, err := bolt.Open(name, 0o600, &bo) // writes the first four pages and syncs them
 	if err != nil {
 		return err
 	}
@@ -610,6 +600,24 @@ func (s *Store) create(a *agentStore) error {
 		return err
 	}
 	return nil
+}
+
+// openTemp creates a new bbolt file under a temporary name in dir (bbolt
+// writes its first four pages and syncs them) and opens it. The caller
+// removes name, which is set whenever a file was made, error or not.
+func (s *Store) openTemp(dir string) (name string, db *bolt.DB, err error) {
+	tmp, err := os.CreateTemp(dir, tmpPrefix+"*")
+	if err != nil {
+		return "", nil, err
+	}
+	name = tmp.Name()
+	if err := tmp.Close(); err != nil {
+		return name, nil, err
+	}
+	bo := s.tune.bolt
+	bo.Timeout = 0
+	db, err = bolt.Open(name, privfs.FileMode, &bo)
+	return name, db, err
 }
 
 // Save stores snap as a new generation of its agent, keeping the previous
