@@ -77,23 +77,15 @@ func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 	if maxBytes > 0 && len(data) > maxBytes {
 		return nil, &TaskError{CodeTooLarge, fmt.Sprintf("task is %d bytes, the limit is %d", len(data), maxBytes)}
 	}
-	if !utf8.Valid(data) {
-		// JSON is UTF-8 (RFC 8259); decoding would replace what is not.
-		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: not UTF-8"}
-	}
-	var t Task
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil {
-		return nil, &TaskError{CodeBadJSON, taskFieldsHint(jsonerr.Describe("task", err), err)}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, &TaskError{CodeBadJSON, "task is not valid JSON: data after the task's object"}
-	}
-	// encoding/json keeps the last of two equal keys; a task whose id or
-	// input depends on which one a reader takes is refused.
-	if k, dup := duplicateKey(data); dup {
-		return nil, &TaskError{CodeBadJSON, fmt.Sprintf("task is not valid JSON: key %q appears twice in one object", k)}
+	// One pass for a task as clients send it; anything else, and every
+	// malformed task, is decoded again by decodeTaskJSON, whose messages
+	// say what is wrong.
+	t, ok := scanTask(data)
+	if !ok {
+		var err error
+		if t, err = decodeTaskJSON(data); err != nil {
+			return nil, err
+		}
 	}
 	if t.TaskID == "" {
 		return nil, &TaskError{CodeMissingTaskID, "task has no task_id"}
@@ -116,6 +108,31 @@ func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 	// decoding it did.
 	t.raw = data
 	return &t, nil
+}
+
+// decodeTaskJSON decodes a task with encoding/json and checks it: valid
+// UTF-8, no unknown field, nothing after the object, no key twice in one
+// object.
+func decodeTaskJSON(data []byte) (Task, error) {
+	if !utf8.Valid(data) {
+		// JSON is UTF-8 (RFC 8259); decoding would replace what is not.
+		return Task{}, &TaskError{CodeBadJSON, "task is not valid JSON: not UTF-8"}
+	}
+	var t Task
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&t); err != nil {
+		return Task{}, &TaskError{CodeBadJSON, taskFieldsHint(jsonerr.Describe("task", err), err)}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return Task{}, &TaskError{CodeBadJSON, "task is not valid JSON: data after the task's object"}
+	}
+	// encoding/json keeps the last of two equal keys; a task whose id or
+	// input depends on which one a reader takes is refused.
+	if k, dup := duplicateKey(data); dup {
+		return Task{}, &TaskError{CodeBadJSON, fmt.Sprintf("task is not valid JSON: key %q appears twice in one object", k)}
+	}
+	return t, nil
 }
 
 // TaskFields are the fields of a task, in the order the documentation gives

@@ -1732,19 +1732,23 @@ func (s *Server) clearExpiredClients(dt int64) {
 }
 
 // clearExpiredRetainedMessage deletes retained messages from topics if they have expired.
+// OPENSTARRY: the expired messages are found under the map's read lock
+// (Retained.Matching) instead of in a copy of the whole map (GetAll), which
+// an idle broker with retained messages allocated every second.
 func (s *Server) clearExpiredRetainedMessages(now int64) {
-	for filter, pk := range s.Topics.Retained.GetAll() {
+	maxExpiry := s.Options.Capabilities.MaximumMessageExpiryInterval
+	expired := s.Topics.Retained.Matching(func(pk packets.Packet) bool {
 		expired := pk.ProtocolVersion == 5 && pk.Expiry > 0 && pk.Expiry < now // [MQTT-3.3.2-5]
 
 		// If the maximum message expiry interval is set (greater than 0), and the message
 		// retention period exceeds the maximum expiry, the message will be forcibly removed.
-		enforced := s.Options.Capabilities.MaximumMessageExpiryInterval > 0 &&
-			now-pk.Created > s.Options.Capabilities.MaximumMessageExpiryInterval
+		enforced := maxExpiry > 0 && now-pk.Created > maxExpiry
 
-		if expired || enforced {
-			s.Topics.Retained.Delete(filter)
-			s.hooks.OnRetainedExpired(filter)
-		}
+		return expired || enforced
+	})
+	for _, filter := range expired {
+		s.Topics.Retained.Delete(filter)
+		s.hooks.OnRetainedExpired(filter)
 	}
 }
 

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -257,13 +258,16 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if cfg.Username != "" {
 		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
 	}
+	var tc *tls.Config
 	if secure {
-		tc, err := mqtt.TLSConfig(u, secure, cfg.CAFile, cfg.CertFile, cfg.KeyFile)
-		if err != nil {
+		if tc, err = mqtt.TLSConfig(u, secure, cfg.CAFile, cfg.CertFile, cfg.KeyFile); err != nil {
 			return nil, err
 		}
 		opts.SetTLSConfig(tc)
 	}
+	// A read buffer in front of the socket: paho reads each packet's
+	// header a byte at a time, a read(2) each on a bare connection.
+	opts.SetCustomOpenConnectionFn(mqtt.Opener(tc))
 	c.client = paho.NewClient(opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel

@@ -155,7 +155,7 @@ func New(cfg Config) (*Client, error) {
 	if tc != nil {
 		o.SetTLSConfig(tc)
 	}
-	o.SetCustomOpenConnectionFn(opener(tc))
+	o.SetCustomOpenConnectionFn(Opener(tc))
 	c.pc = paho.NewClient(o)
 	c.pc.AddRoute(c.topics.Tasks, c.onTask)
 	if !cfg.NoFleet {

@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -243,13 +244,14 @@ func (m *Infra) connect() error {
 	if m.cfg.Username != "" {
 		opts.SetUsername(m.cfg.Username).SetPassword(m.cfg.Password)
 	}
+	var tc *tls.Config
 	if secure {
-		tc, err := TLSConfig(u, secure, m.cfg.CA, m.cfg.Cert, m.cfg.Key)
-		if err != nil {
+		if tc, err = TLSConfig(u, secure, m.cfg.CA, m.cfg.Cert, m.cfg.Key); err != nil {
 			return err
 		}
 		opts.SetTLSConfig(tc)
 	}
+	opts.SetCustomOpenConnectionFn(Opener(tc))
 	m.client = paho.NewClient(opts)
 	if m.att != nil {
 		ctx, cancel := context.WithCancel(context.Background())

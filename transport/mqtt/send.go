@@ -270,6 +270,7 @@ func Dial(ctx context.Context, o DialOptions) (paho.Client, error) {
 	if tc != nil {
 		opts.SetTLSConfig(tc)
 	}
+	opts.SetCustomOpenConnectionFn(Opener(tc))
 	pc := paho.NewClient(opts)
 	tok := pc.Connect()
 	if err := waitToken(ctx, tok, o.Timeout); err != nil {

@@ -93,6 +93,23 @@ func (p *Packets) GetAll() map[string]Packet {
 	return m
 }
 
+// Matching returns the ids of the packets for which match reports true,
+// read under the read lock. OPENSTARRY: the server's expiry check of the
+// retained messages, which runs every second, copied the whole map with
+// GetAll to look at each packet once; with nothing expired this allocates
+// nothing. match must not call back into p.
+func (p *Packets) Matching(match func(pk Packet) bool) []string {
+	p.RLock()
+	defer p.RUnlock()
+	var ids []string
+	for k, pk := range p.internal {
+		if match(pk) {
+			ids = append(ids, k)
+		}
+	}
+	return ids
+}
+
 // Get returns a specific packet in the map by packet id.
 func (p *Packets) Get(id string) (val Packet, ok bool) {
 	p.RLock()
