@@ -419,7 +419,7 @@ func TestShutdownOrder(t *testing.T) {
 
 func TestHTTP(t *testing.T) {
 	e := startEnv(t, testConfig(t), testResolver(nil), nil)
-	base := e.d.httpd.addr
+	base := e.d.httpd.address()
 	get := func(path string) (int, string) {
 		resp, err := http.Get(base + path)
 		if err != nil {
@@ -732,5 +732,38 @@ func TestLaunchSpecDigest(t *testing.T) {
 	i := slices.Index(args, "--template-digest")
 	if i < 0 || i+1 >= len(args) || args[i+1] != spec.Digest || !slices.Contains(args, spec.Blueprint) {
 		t.Fatalf("args %q: no --template-digest %s beside the blueprint", args, spec.Digest)
+	}
+}
+
+// TestStatusWhileListenerStarts: the control API answers status (with the
+// HTTP listener's address) from the moment it starts, while the boot is
+// still opening the HTTP listener; under -race, an address read without
+// the listener's lock fails this test.
+func TestStatusWhileListenerStarts(t *testing.T) {
+	cfg := config.Default()
+	cfg.Data = t.TempDir()
+	cfg.HTTP.Listen = "127.0.0.1:0"
+	d, err := newDaemon(Options{Config: cfg, Resolver: testResolver(nil), Launcher: newFakeLauncher(""), Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan string)
+	go func() {
+		var last string
+		for range 200 {
+			last = d.httpd.report.status(context.Background(), false).HTTP
+		}
+		done <- last
+	}()
+	var closers []func()
+	if err := d.httpd.serve(func(f func()) { closers = append(closers, f) }); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	for _, f := range closers {
+		f()
+	}
+	if got := d.httpd.report.status(context.Background(), false).HTTP; !strings.HasPrefix(got, "http://127.0.0.1:") {
+		t.Fatalf("status says the listener is at %q after it started", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -25,7 +26,16 @@ type httpAPI struct {
 	proxy         http.HandlerFunc         // /agents/{id}/...: Daemon.proxyAgent (proxy.go)
 	sessionRoutes func(mux *http.ServeMux) // the session API (sessions.go)
 
-	addr string // "http://host:port"; set by serve, "" without http.listen
+	mu   sync.Mutex // guards addr: the control API reports it while the boot sets it
+	addr string     // "http://host:port"; set by serve, "" without http.listen
+}
+
+// address is the listener's address, "http://host:port", or "" before it
+// is open or without http.listen.
+func (h *httpAPI) address() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.addr
 }
 
 // serve serves the HTTP listener (http.listen), when configured; what it
@@ -38,7 +48,10 @@ func (h *httpAPI) serve(closeLater func(func())) error {
 	if err != nil {
 		return fmt.Errorf("http.listen %s: %w", h.cfg.HTTP.Listen, err)
 	}
-	h.addr = "http://" + ln.Addr().String()
+	addr := "http://" + ln.Addr().String()
+	h.mu.Lock()
+	h.addr = addr
+	h.mu.Unlock()
 	hd := h.handler()
 	if h.web != nil {
 		hd = h.web(hd)
@@ -47,7 +60,7 @@ func (h *httpAPI) serve(closeLater func(func())) error {
 	srv := httpx.NewServer(hd, h.limits)
 	go func() { _ = srv.Serve(httpx.Listen(ln, h.limits, false, h.log)) }()
 	closeLater(func() { shutdownServer(srv) })
-	h.log.Info().Str("addr", h.addr).Msgf("daemon listening on %s", h.addr)
+	h.log.Info().Str("addr", addr).Msgf("daemon listening on %s", addr)
 	return nil
 }
 

@@ -39,10 +39,10 @@ func TestListenerErrors(t *testing.T) {
 		status                  int
 		code                    string
 	}{
-		{"http: unknown route", "GET", e.d.httpd.addr + "/nope", "", false, 404, httpx.CodeNotFound},
-		{"http: root", "GET", e.d.httpd.addr + "/", "", false, 404, httpx.CodeNotFound},
-		{"http: wrong method", "POST", e.d.httpd.addr + "/healthz", "{}", false, 405, httpx.CodeMethodNotAllowed},
-		{"http: unknown agent", "GET", e.d.httpd.addr + "/agents/ghost/snapshot", "", false, 404, control.CodeUnknownAgent},
+		{"http: unknown route", "GET", e.d.httpd.address() + "/nope", "", false, 404, httpx.CodeNotFound},
+		{"http: root", "GET", e.d.httpd.address() + "/", "", false, 404, httpx.CodeNotFound},
+		{"http: wrong method", "POST", e.d.httpd.address() + "/healthz", "{}", false, 405, httpx.CodeMethodNotAllowed},
+		{"http: unknown agent", "GET", e.d.httpd.address() + "/agents/ghost/snapshot", "", false, 404, control.CodeUnknownAgent},
 		{"control: no token", "GET", "http://d/v1/status", "", false, 401, control.CodeUnauthorized},
 		{"control: unknown route", "GET", "http://d/v1/nope", "", true, 404, httpx.CodeNotFound},
 		{"control: wrong method", "GET", "http://d/v1/manage", "", true, 405, httpx.CodeMethodNotAllowed},
@@ -83,7 +83,7 @@ func TestListenerLimits(t *testing.T) {
 		t.Skip("the control API is on a unix socket here only")
 	}
 	for _, l := range []struct{ name, network, addr, path string }{
-		{"http", "tcp", strings.TrimPrefix(e.d.httpd.addr, "http://"), "/agents/master/tasks"},
+		{"http", "tcp", strings.TrimPrefix(e.d.httpd.address(), "http://"), "/agents/master/tasks"},
 		{"control", "unix", strings.TrimPrefix(e.client.Addr(), "unix://"), "/v1/manage"},
 	} {
 		t.Run(l.name, func(t *testing.T) {

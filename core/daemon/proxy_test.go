@@ -45,7 +45,7 @@ func TestProxyKeepsConnections(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				resp, err := cl.Post(e.d.httpd.addr+"/agents/master/tasks", "application/json",
+				resp, err := cl.Post(e.d.httpd.address()+"/agents/master/tasks", "application/json",
 					strings.NewReader(fmt.Sprintf(`{"task_id":"r%d-c%d","input":"x"}`, r, c)))
 				if err != nil {
 					errs <- err

@@ -32,8 +32,8 @@ func TestNoSessionStore(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := startEnvWith(t, testConfig(t), testResolver(nil), nil, func(o *Options) { o.Sessions = Sessions{Missing: tc.missing} })
 			for _, r := range []struct{ method, url string }{
-				{"GET", e.d.httpd.addr + "/projects"},
-				{"POST", e.d.httpd.addr + "/approvals/1"},
+				{"GET", e.d.httpd.address() + "/projects"},
+				{"POST", e.d.httpd.address() + "/approvals/1"},
 			} {
 				req, _ := http.NewRequest(r.method, r.url, strings.NewReader(`{}`))
 				resp, err := http.DefaultClient.Do(req)
@@ -124,7 +124,7 @@ func TestSessionLink(t *testing.T) {
 	if link.agents == nil || link.agents.Master() != "master" {
 		t.Fatalf("the link was started without the agents: %v", link.log())
 	}
-	resp, err := http.Get(e.d.httpd.addr + "/projects")
+	resp, err := http.Get(e.d.httpd.address() + "/projects")
 	if err != nil {
 		t.Fatal(err)
 	}

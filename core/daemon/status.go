@@ -39,7 +39,7 @@ type reporter struct {
 // agent is asked for its snapshot (tick, queue, outbox) in parallel.
 func (rp *reporter) status(ctx context.Context, snaps bool) control.Status {
 	ms := rp.super.sorted()
-	st := control.Status{PID: os.Getpid(), Version: rp.version, Data: rp.data, HTTP: rp.httpd.addr}
+	st := control.Status{PID: os.Getpid(), Version: rp.version, Data: rp.data, HTTP: rp.httpd.address()}
 	rp.boot.fill(&st)
 	_, st.SessionsDamage = rp.sessions()
 	st.Notice = BootNotice(rp.data)
