@@ -58,10 +58,14 @@ type boundListener struct {
 	logged  atomic.Int64 // unix nanoseconds of that line
 
 	// unread counts the accepted connections mochi has not read from yet
-	// (see drain); conns holds the open ones.
-	unread sync.WaitGroup
-	mu     sync.Mutex // guards conns
-	conns  map[*boundConn]struct{}
+	// (see drain); conns holds the open ones. A counter under mu, not a
+	// WaitGroup: an Accept that was under way when the listener closed
+	// adds to it while drain waits, which a WaitGroup forbids (Add from
+	// zero concurrent with Wait: a data race under -race).
+	mu       sync.Mutex // guards unread, conns and draining
+	unread   int
+	conns    map[*boundConn]struct{}
+	draining bool // drain has begun: an Accept that finishes now hands nothing to mochi
 }
 
 func (l *boundListener) Accept() (net.Conn, error) {
@@ -89,8 +93,16 @@ func (l *boundListener) Accept() (net.Conn, error) {
 		}
 		_ = c.SetReadDeadline(time.Now().Add(l.timeout))
 		bc := &boundConn{Conn: c, l: l}
-		l.unread.Add(1)
 		l.mu.Lock()
+		if l.draining {
+			// Accepted as the listener closed, after drain looked at the
+			// connections: mochi would wait for it at Close.
+			l.mu.Unlock()
+			l.open.Add(-1)
+			_ = c.Close()
+			return nil, net.ErrClosed
+		}
+		l.unread++
 		if l.conns == nil {
 			l.conns = map[*boundConn]struct{}{}
 		}
@@ -107,11 +119,16 @@ func (l *boundListener) Accept() (net.Conn, error) {
 // closes the connections that have not sent their CONNECT, which mochi's
 // Close would otherwise wait for until their deadline.
 func (l *boundListener) drain(wait time.Duration) {
-	done := make(chan struct{})
-	go func() { l.unread.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(wait):
+	l.mu.Lock()
+	l.draining = true
+	l.mu.Unlock()
+	for deadline := time.Now().Add(wait); ; time.Sleep(time.Millisecond) {
+		l.mu.Lock()
+		n := l.unread
+		l.mu.Unlock()
+		if n == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	l.mu.Lock()
 	var waiting []*boundConn
@@ -152,6 +169,13 @@ func (l *boundListener) refuse(remote net.Addr, limit int64) {
 		Msgf("embedded broker: connection refused: %d connections are open, the maximum for this client (mqtt.broker_max_connections is %d; an eighth of it is kept for loopback clients)", limit, l.maxConns)
 }
 
+// readFrom counts a connection mochi has read from (or that closed first).
+func (l *boundListener) readFrom() {
+	l.mu.Lock()
+	l.unread--
+	l.mu.Unlock()
+}
+
 // boundConn is an accepted connection under its CONNECT deadline until
 // mochi sets its own deadline (the keepalive's) once the client is
 // connected.
@@ -159,12 +183,12 @@ type boundConn struct {
 	net.Conn
 	l         *boundListener
 	connected atomic.Bool
-	read      sync.Once // unread.Done, at the first Read or at Close
+	read      sync.Once // unread less one, at the first Read or at Close
 	closed    sync.Once
 }
 
 func (c *boundConn) Read(p []byte) (int, error) {
-	c.read.Do(c.l.unread.Done)
+	c.read.Do(c.l.readFrom)
 	n, err := c.Conn.Read(p)
 	if err != nil && !c.connected.Load() && errors.Is(err, os.ErrDeadlineExceeded) {
 		c.l.log.Warn().Str("remote", c.RemoteAddr().String()).
@@ -179,7 +203,7 @@ func (c *boundConn) SetDeadline(t time.Time) error {
 }
 
 func (c *boundConn) Close() error {
-	c.read.Do(c.l.unread.Done)
+	c.read.Do(c.l.readFrom)
 	c.closed.Do(func() {
 		c.l.open.Add(-1)
 		c.l.mu.Lock()
