@@ -1,17 +1,16 @@
 package image
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/loopback"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/enroll"
@@ -73,24 +72,6 @@ func newCard(t *testing.T, serial string) *card {
 		write(t, filepath.Join(c.sys, "proc/device-tree/serial-number"), serial+"\x00")
 	}
 	return c
-}
-
-// syncBuffer is a bytes.Buffer a child process writes while a test reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func write(t *testing.T, path, s string) {
@@ -220,7 +201,7 @@ func TestFirstBoot(t *testing.T) {
 		m := mqtttest.StartMosquitto(t, mqtttest.Options{DynSec: mqtttest.InitDynSec(t, dir, "hub-admin", "admin-secret")})
 		bin := openstarryBinary(t)
 		state := filepath.Join(dir, "hub")
-		var logs syncBuffer
+		var logs logbuf.Buffer
 		hub := exec.Command(bin, "hub", "serve", "--state", state, "--broker", m.URL(), "--admin-user", "hub-admin", "--listen", "127.0.0.1:0")
 		hub.Env = append(os.Environ(), "OPENSTARRY_HUB_ADMIN_PASSWORD=admin-secret")
 		hub.Stdout, hub.Stderr = &logs, &logs

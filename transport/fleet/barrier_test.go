@@ -15,6 +15,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/broker"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
@@ -85,7 +86,7 @@ func (p *slowRetained) toClient(bc, cc net.Conn) {
 	}()
 	r := bufio.NewReader(bc)
 	for {
-		pk, err := readPacket(r)
+		pk, err := mqtttest.ReadPacket(r)
 		if err != nil {
 			return
 		}
@@ -99,33 +100,6 @@ func (p *slowRetained) toClient(bc, cc net.Conn) {
 		}
 		pubs <- h
 	}
-}
-
-// readPacket reads one MQTT control packet whole.
-func readPacket(r *bufio.Reader) ([]byte, error) {
-	first, err := r.ReadByte()
-	if err != nil {
-		return nil, err
-	}
-	pk := []byte{first}
-	n, mul := 0, 1
-	for {
-		b, err := r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		pk = append(pk, b)
-		n += int(b&0x7f) * mul
-		if b&0x80 == 0 {
-			break
-		}
-		mul *= 128
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, err
-	}
-	return append(pk, body...), nil
 }
 
 // publishTopic is the topic name of a PUBLISH packet.
@@ -225,7 +199,7 @@ func TestClaimsBarrierRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"acl_file " + acl}})
-	var logged syncBuffer
+	var logged logbuf.Buffer
 	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
 		Log: zerolog.New(&logged)})
 	if err != nil {
@@ -245,22 +219,4 @@ func TestClaimsBarrierRefused(t *testing.T) {
 	if s := logged.String(); !strings.Contains(s, "claims' barrier") {
 		t.Errorf("no error logged about the barrier; the log:\n%s", s)
 	}
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

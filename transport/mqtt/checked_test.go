@@ -91,7 +91,7 @@ func refuseMQTT5(t *testing.T, addr string) string {
 				defer wg.Done()
 				defer c.Close()
 				r := bufio.NewReader(c)
-				head, err := readRaw(r)
+				head, err := mqtttest.ReadPacket(r)
 				if err != nil {
 					return
 				}
@@ -118,34 +118,7 @@ func refuseMQTT5(t *testing.T, addr string) string {
 	return "tcp://" + l.Addr().String()
 }
 
-// readRaw reads one MQTT packet whole.
-func readRaw(r *bufio.Reader) ([]byte, error) {
-	first, err := r.ReadByte()
-	if err != nil {
-		return nil, err
-	}
-	out := []byte{first}
-	n, mult := 0, 1
-	for {
-		b, err := r.ReadByte()
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, b)
-		n += int(b&0x7f) * mult
-		mult *= 128
-		if b&0x80 == 0 {
-			break
-		}
-	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		return nil, err
-	}
-	return append(out, body...), nil
-}
-
-// remaining returns the remaining length of a packet read by readRaw.
+// remaining returns the remaining length of a packet read by mqtttest.ReadPacket.
 func remaining(p []byte) int {
 	n, mult := 0, 1
 	for _, b := range p[1:] {

@@ -6,8 +6,10 @@
 package mqtttest
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -386,4 +388,32 @@ func Publish(t testing.TB, pc paho.Client, topic string, payload []byte) {
 	if err := tok.Error(); err != nil {
 		t.Fatalf("publish to %s: %v", topic, err)
 	}
+}
+
+// ReadPacket reads one MQTT control packet whole, fixed header included,
+// for tests that stand between a client and a broker.
+func ReadPacket(r *bufio.Reader) ([]byte, error) {
+	first, err := r.ReadByte()
+	if err != nil {
+		return nil, err
+	}
+	pk := []byte{first}
+	n, mul := 0, 1
+	for {
+		b, err := r.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		pk = append(pk, b)
+		n += int(b&0x7f) * mul
+		if b&0x80 == 0 {
+			break
+		}
+		mul *= 128
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return nil, err
+	}
+	return append(pk, body...), nil
 }
