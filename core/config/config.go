@@ -70,6 +70,9 @@ type HTTP struct {
 	// Hosts are more names the HTTP listener answers to in the Host
 	// header, besides loopback names, IP addresses and the machine's name.
 	Hosts []string
+	// Handoff lets the daemon hand a client's connection to the agent it
+	// asks for, which then serves it (core/connpass; Linux only).
+	Handoff bool
 }
 
 // Design says where blueprints come from.
@@ -162,6 +165,7 @@ var Keys = []Key{
 	{Name: "http.listen", Env: "OPENSTARRY_HTTP_LISTEN", Default: "127.0.0.1:7777", Doc: "the daemon's HTTP address (/healthz, /metrics, /status, /agents/{id}/...); empty disables it", field: func(c *Config) any { return &c.HTTP.Listen }},
 	{Name: "http.token", Env: "OPENSTARRY_HTTP_TOKEN", Doc: "bearer token required for HTTP requests from off loopback, at least 16 characters; required when http.listen is not loopback", Secret: true, field: func(c *Config) any { return &c.HTTP.Token }},
 	{Name: "http.hosts", Env: "OPENSTARRY_HTTP_HOSTS", Doc: "more host names the HTTP listener answers to (Host header), besides IP addresses, localhost and this machine's name; \"*.example.com\" for the names under example.com; env: comma-separated. Any other Host is refused 403 bad_host (DNS rebinding)", field: func(c *Config) any { return &c.HTTP.Hosts }},
+	{Name: "http.handoff", Env: "OPENSTARRY_HTTP_HANDOFF", Default: "true", Doc: "hand a client's connection for /agents/{id}/... to that agent's process, which serves its later requests itself under the listener's rules (Linux; plain HTTP); false: the daemon forwards every request", field: func(c *Config) any { return &c.HTTP.Handoff }},
 
 	{Name: "design.url", Env: "OPENSTARRY_DESIGN_URL", Doc: "design layer root URL; empty: local templates (design.templates, then the built-in ones)", Flag: "design-url", field: func(c *Config) any { return &c.Design.URL }},
 	{Name: "design.timeout", Env: "OPENSTARRY_DESIGN_TIMEOUT", Default: "5s", Doc: "timeout of one design layer request", Flag: "design-timeout", field: func(c *Config) any { return &c.Design.Timeout }},

@@ -59,7 +59,7 @@ func TestUnknownKeys(t *testing.T) {
 		name, doc, want string
 	}{
 		{"top", "datta: x\n", `line 1: unknown key "datta"`},
-		{"nested", "http:\n  lisen: 1\n", `line 2: unknown key "http.lisen" (keys of http: listen, token, hosts)`},
+		{"nested", "http:\n  lisen: 1\n", `line 2: unknown key "http.lisen" (keys of http: listen, token, hosts, handoff)`},
 		{"section as value", "http: 127.0.0.1:1\n", `"http" is a section`},
 		{"value as section", "data:\n  x: 1\n", `data: want a single value`},
 		{"deep", "supervise:\n  crashloop:\n    restarts: 3\n", `unknown key "supervise.crashloop"`},

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/connpass"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
 	"github.com/openstarry/openstarry-edge/core/httpx"
@@ -212,6 +213,13 @@ func newDaemon(o Options) (*Daemon, error) {
 		launcher = &ExecLauncher{Path: exe, Sink: sink, MinLevel: lvl}
 	}
 	apiToken := crand.Text() // the agents' ports require it (control.EnvAPIToken)
+	var pass *connPass
+	if connpass.Supported && cfg.HTTP.Handoff && cfg.HTTP.Listen != "" && o.Launcher == nil {
+		// The agents apply the listener's rules to the connections
+		// handed to them (pass.go).
+		pass = newConnPass(connpass.Settings{Hosts: cfg.HTTP.Hosts, TokenSHA256: connpass.HashToken(cfg.HTTP.Token),
+			Limits: o.HTTPLimits.WithDefaults()}, o.Log)
+	}
 	d := &Daemon{o: o, cfg: &cfg, log: o.Log, data: data, runDir: filepath.Join(data, "run"), now: now,
 		httpc: &http.Client{Timeout: 10 * time.Second, Transport: &agentAuth{token: apiToken,
 			base: &http.Transport{MaxIdleConnsPerHost: proxyIdleConns, IdleConnTimeout: 30 * time.Second}}}}
@@ -226,14 +234,14 @@ func newDaemon(o Options) (*Daemon, error) {
 	*d.boot = bootState{runDir: d.runDir, log: d.log, now: now}
 	*d.infra = infraSet{list: o.Infra, log: d.log, now: now}
 	*d.super = supervisor{cfg: &cfg, log: d.log, now: now, rand: rnd, launcher: launcher, launchSpec: d.specs.launchSpec,
-		onState: o.OnAgentState, events: make(chan control.AgentInfo, 256), members: map[string]*member{}, recover: map[string]bool{}}
+		onState: o.OnAgentState, events: make(chan control.AgentInfo, 256), members: map[string]*member{}, recover: map[string]bool{}, pass: pass}
 	*d.specs = specs{cfg: &cfg, data: data, runDir: d.runDir, res: o.Resolver, infra: d.infra, ctl: d.ctl, apiToken: apiToken}
 	*d.workers = workers{cfg: &cfg, log: d.log, now: now, data: data, boot: d.boot, super: d.super, specs: d.specs, handoffs: d.handoffs}
 	*d.handoffs = handoffs{log: d.log, life: d.life, httpc: d.httpc, super: d.super, workers: d.workers}
 	*d.ctl = controlAPI{cfg: &cfg, log: d.log, runDir: d.runDir, limits: o.HTTPLimits, super: d.super, specs: d.specs,
 		workers: d.workers, report: rep, sessionTool: d.handleSessionTool}
 	*d.httpd = httpAPI{cfg: &cfg, log: d.log, limits: o.HTTPLimits, web: o.Web, report: rep,
-		proxy: d.proxyAgent, sessionRoutes: d.sessionRoutes}
+		proxy: d.proxyAgent, sessionRoutes: d.sessionRoutes, pass: pass}
 	return d, nil
 }
 

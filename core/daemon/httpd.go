@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/connpass"
 	"github.com/openstarry/openstarry-edge/core/httpx"
 )
 
@@ -24,6 +25,7 @@ type httpAPI struct {
 	web           func(api http.Handler) http.Handler // Options.Web; nil: none
 	report        *reporter
 	proxy         http.HandlerFunc         // /agents/{id}/...: Daemon.proxyAgent (proxy.go)
+	pass          *connPass                // the connection hand-off (pass.go); nil: off
 	sessionRoutes func(mux *http.ServeMux) // the session API (sessions.go)
 
 	mu   sync.Mutex // guards addr: the control API reports it while the boot sets it
@@ -60,6 +62,14 @@ func (h *httpAPI) serve(closeLater func(func())) error {
 	srv := httpx.NewServer(hd, h.limits)
 	go func() { _ = srv.Serve(httpx.Listen(ln, h.limits, false, h.log)) }()
 	closeLater(func() { shutdownServer(srv) })
+	if h.pass != nil {
+		// The connections agents handed back (pass.go), served as the
+		// listener's own.
+		again := httpx.NewServer(hd, h.limits)
+		again.ConnContext = connpass.ConnContext
+		go func() { _ = again.Serve(h.pass.ln) }()
+		closeLater(func() { shutdownServer(again) })
+	}
 	h.log.Info().Str("addr", addr).Msgf("daemon listening on %s", addr)
 	return nil
 }

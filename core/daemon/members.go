@@ -28,6 +28,7 @@ type supervisor struct {
 	launchSpec func(id, role string, spec agentSpec) LaunchSpec // specs.launchSpec
 	onState    func(control.AgentInfo)                          // Options.OnAgentState; nil: none
 	events     chan control.AgentInfo                           // to onState, in order (deliverEvents)
+	pass       *connPass                                        // the connection hand-off (pass.go); nil: off
 
 	mu       sync.Mutex // guards the fields below
 	members  map[string]*member

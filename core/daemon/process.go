@@ -20,6 +20,11 @@ type LaunchSpec struct {
 	AgentID string
 	Args    []string // after the executable
 	Env     []string // the whole environment
+	// Files are descriptors the child inherits from 3 on
+	// (exec.Cmd.ExtraFiles): the agent's end of the connection hand-off's
+	// pair (pass.go). The launcher may ignore them; the caller closes
+	// them once Launch returned.
+	Files []*os.File
 }
 
 // Process is a started agent process.
@@ -68,6 +73,7 @@ func (l *ExecLauncher) Launch(spec LaunchSpec) (Process, error) {
 	cmd := exec.Command(l.Path, spec.Args...)
 	cmd.Env = spec.Env
 	cmd.SysProcAttr = sysProcAttr()
+	cmd.ExtraFiles = spec.Files
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err

@@ -30,6 +30,10 @@ func (d *Daemon) proxyAgent(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
+	if lk := m.passLink(); lk != nil && target.Scheme == "http" && passable(r) && d.super.pass.handOff(w, r, lk) {
+		// The client's connection is the agent's now (pass.go).
+		return
+	}
 	if a, ok := d.httpc.Transport.(*agentAuth); ok && forwardable(r) && target.Scheme == "http" {
 		// The common path (forward.go): no ReverseProxy, no transport
 		// goroutines.

@@ -67,6 +67,25 @@ type member struct {
 	recovered bool
 	readyDur  time.Duration
 	changed   chan struct{} // closed and replaced at every change of state
+	link      *passLink     // the hand-off's pair with the process (pass.go); nil: none
+}
+
+func (m *member) setLink(lk *passLink) {
+	m.mu.Lock()
+	m.link = lk
+	m.mu.Unlock()
+}
+
+// passLink returns the pair with the agent's process when the agent takes
+// connections now, else nil.
+func (m *member) passLink() *passLink {
+	m.mu.Lock()
+	lk := m.link
+	m.mu.Unlock()
+	if lk == nil || !lk.ready.Load() {
+		return nil
+	}
+	return lk
 }
 
 func newMember(s *supervisor, id, role string, seq uint64, spec agentSpec) *member {
@@ -257,7 +276,21 @@ func (m *member) runOnce(pending **command) (int, command) {
 	ls := m.s.launchSpec(m.id, m.role, spec)
 	m.setState(control.StateStarting, func() { m.pid, m.addr = 0, "" })
 	start := m.s.now()
+	lk := m.s.pass.attach(&ls)
 	p, err := m.s.launcher.Launch(ls)
+	for _, f := range ls.Files {
+		_ = f.Close() // the child's now
+	}
+	if err == nil {
+		lk.start()
+		m.setLink(lk)
+		defer func() {
+			m.setLink(nil)
+			lk.close() // the process has ended
+		}()
+	} else if lk != nil {
+		_ = lk.l.Close()
+	}
 	if err != nil {
 		m.mu.Lock()
 		m.lastErr = err.Error()

@@ -38,6 +38,12 @@ type Options struct {
 	Listen string
 	// API builds the HTTP handler of the agent's API (transport/httpapi).
 	API func(rt *agent.Runtime, maxTaskBytes int) http.Handler
+	// AlsoServe, when set, is called once the API listens, with the
+	// handler its listener serves and the listener's host:port, to serve
+	// the API elsewhere too (the connections the daemon hands over:
+	// core/connpass); the function it returns (nil: none) is called as the
+	// listener shuts down, before the runtime stops.
+	AlsoServe func(api http.Handler, addr string) (stop func(context.Context))
 	// DaemonChild says the daemon runs this agent: it owns the device's
 	// status topic.
 	DaemonChild bool
@@ -146,6 +152,7 @@ func Run(ctx context.Context, o Options) error {
 	}
 
 	var srv *http.Server
+	var stopAlso func(context.Context)
 	httpErr := make(chan error, 1)
 	if o.Listen != "" {
 		ln, err := net.Listen("tcp", o.Listen)
@@ -153,8 +160,12 @@ func Run(ctx context.Context, o Options) error {
 			_ = rt.Stop(context.Background())
 			return fmt.Errorf("listen %s: %w", o.Listen, err)
 		}
-		srv = httpx.NewServer(httpx.AllowHosts(nil, o.API(rt, maxTaskBytes)), httpx.Limits{})
+		api := httpx.AllowHosts(nil, o.API(rt, maxTaskBytes))
+		srv = httpx.NewServer(api, httpx.Limits{})
 		go func() { httpErr <- srv.Serve(httpx.Listen(ln, httpx.Limits{}, false, log)) }()
+		if o.AlsoServe != nil {
+			stopAlso = o.AlsoServe(api, ln.Addr().String())
+		}
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msgf("listening on http://%s", ln.Addr())
 	}
 
@@ -171,7 +182,15 @@ func Run(ctx context.Context, o Options) error {
 	}
 	if srv != nil {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		also := make(chan struct{})
+		go func() {
+			defer close(also)
+			if stopAlso != nil {
+				stopAlso(sctx)
+			}
+		}()
 		_ = srv.Shutdown(sctx)
+		<-also
 		cancel()
 	}
 	if err := rt.Stop(context.Background()); err != nil && runErr == nil {

@@ -190,3 +190,8 @@ func (c *capConn) Close() error {
 	c.once.Do(func() { <-c.l.sem })
 	return err
 }
+
+// NetConn returns the connection c wraps: the daemon hands the client's
+// socket itself to an agent (core/connpass), and keeps c, whose Close frees
+// its place under the cap, until the agent closes the socket.
+func (c *capConn) NetConn() net.Conn { return c.Conn }

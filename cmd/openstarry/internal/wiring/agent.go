@@ -9,6 +9,7 @@ import (
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/config"
+	"github.com/openstarry/openstarry-edge/core/connpass"
 	"github.com/openstarry/openstarry-edge/core/daemon/agenttool"
 	"github.com/openstarry/openstarry-edge/core/daemon/control"
 	"github.com/openstarry/openstarry-edge/core/design"
@@ -48,6 +49,26 @@ func RunAgent(ctx context.Context, a Agent) error {
 	// passed on to what the agent starts (MCP servers).
 	localToken := os.Getenv(control.EnvAPIToken)
 	os.Unsetenv(control.EnvAPIToken)
+	// The daemon's hand-off of client connections (core/connpass), when
+	// it gave this process a pair.
+	var alsoServe func(api http.Handler, addr string) func(context.Context)
+	if a.Child {
+		hs, err := connpass.FromEnv()
+		if err != nil {
+			log.Warn().Err(err).Msg("connection hand-off: off")
+		}
+		if hs != nil {
+			alsoServe = func(api http.Handler, addr string) func(context.Context) {
+				stop, err := connpass.Serve(connpass.AgentOptions{Settings: *hs, AgentID: a.ID, LocalToken: localToken,
+					API: api, Addr: addr, Log: log})
+				if err != nil {
+					log.Warn().Err(err).Msg("connection hand-off: off; the daemon forwards this agent's requests")
+					return nil
+				}
+				return stop
+			}
+		}
+	}
 	// What the daemon's agents add to a run: save-latency metrics and
 	// the route that serves them.
 	var beforeSave, afterSave func(*agent.Snapshot)
@@ -85,6 +106,7 @@ func RunAgent(ctx context.Context, a Agent) error {
 			}
 			return api
 		},
+		AlsoServe:   alsoServe,
 		DaemonChild: a.Child,
 		Decider:     unknownDecider(a.Child),
 		BeforeSave:  beforeSave,
