@@ -267,3 +267,105 @@ func TestHandoffHosts(t *testing.T) {
 		t.Fatalf("bad host: %s", out)
 	}
 }
+
+// TestHandoffTokenOffLoopback: from off loopback (an address of a network
+// namespace of the test's own), http.token holds on every request of a
+// connection the agent serves: one without the token, or with a wrong one,
+// goes back to the daemon, which answers 401 as it does on its own
+// connections; the next one with the token is the agent's again.
+func TestHandoffTokenOffLoopback(t *testing.T) {
+	if !inNetns(t) {
+		return
+	}
+	addr := offLoopback(t)
+	data := dataDir(t)
+	const tok = "lan-token-0123456789"
+	d := startDaemon(t, handoffConfig(t, data, addr, "  token: "+tok+"\n"))
+	base := d.url()
+	if !strings.Contains(base, addr) {
+		t.Fatalf("listening on %s, want %s", base, addr)
+	}
+	pids := processes(t, d, data)
+	rc := dialRaw(t, base)
+	if !strings.HasPrefix(rc.c.LocalAddr().String(), addr+":") {
+		t.Fatalf("the client's address %s is not %s", rc.c.LocalAddr(), addr)
+	}
+	auth := "Authorization: Bearer " + tok
+	rc.must(200, "POST", "/agents/master/tasks?wait=10s", `{"task_id":"o1","input":"x"}`, auth)
+	rc.expectHolder(pids, "master")
+	if out := rc.must(401, "GET", "/agents/master/tasks/o1", ""); !strings.Contains(out, "unauthorized") {
+		t.Fatalf("without the token: %s", out)
+	}
+	rc.expectHolder(pids, "daemon")
+	rc.must(200, "GET", "/agents/master/tasks/o1", "", auth)
+	rc.expectHolder(pids, "master")
+	if out := rc.must(401, "POST", "/agents/master/tasks?wait=10s", `{"task_id":"o2","input":"x"}`,
+		"Authorization: Bearer wrong-token-0123456789"); !strings.Contains(out, "unauthorized") {
+		t.Fatalf("with a wrong token: %s", out)
+	}
+	rc.expectHolder(pids, "daemon")
+	// The refused task was not taken.
+	rc.must(200, "GET", "/agents/master/tasks/o1", "", auth)
+	rc.expectHolder(pids, "master")
+	if code, out, err := rc.do("GET", "/agents/master/tasks/o2", "", auth); err != nil || code != 404 {
+		t.Fatalf("the refused task: %d %v %s, want 404", code, err, out)
+	}
+	if !strings.Contains(d.logs(), `"message":"http: missing or wrong token"`) {
+		t.Fatalf("the daemon did not log the refusals:\n%s", d.logs())
+	}
+}
+
+// TestHandoffAgentKilled: an agent SIGKILLed while it holds a client's
+// connection takes the connection with it; a task it answered through it
+// (?wait=) is durable; a new connection is answered by the daemon (503
+// while the agent restarts) and then by the restarted agent.
+func TestHandoffAgentKilled(t *testing.T) {
+	data := dataDir(t)
+	d := startDaemon(t, daemonConfig(t, data, ""))
+	base := d.url()
+	pids := processes(t, d, data)
+	rc := dialRaw(t, base)
+	if out := rc.must(200, "POST", "/agents/master/tasks?wait=10s", `{"task_id":"s1","input":"kept"}`); !strings.Contains(out, `"status":"done"`) {
+		t.Fatalf("s1: %s", out)
+	}
+	rc.expectHolder(pids, "master")
+	if err := syscall.Kill(pids["master"], syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, err := rc.do("GET", "/agents/master/tasks/s1", ""); err == nil {
+		t.Fatalf("the killed agent's connection answered %d %s", code, out)
+	}
+	seen := map[int]int{}
+	err := wait.Poll(60*time.Second, func() error {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		rc2 := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+		code, out, err := rc2.do("GET", "/agents/master/tasks/s1", "")
+		if err != nil {
+			return err
+		}
+		seen[code]++
+		switch code {
+		case 200:
+			if !strings.Contains(out, `"status":"done"`) || !strings.Contains(out, `"output":"kept"`) {
+				t.Fatalf("s1 after the kill: %s", out)
+			}
+			return nil
+		case 502, 503:
+			return fmt.Errorf("%d %s", code, out)
+		}
+		t.Fatalf("s1 after the kill: %d %s", code, out)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the restarted agent: %v (answers %v)", err, seen)
+	}
+	t.Logf("answers while the agent restarted: %v", seen)
+	st := daemonStatus(t, data)
+	if a, _ := agentInfo(st, "master"); a.Restarts < 1 && a.PID == pids["master"] {
+		t.Fatalf("master not restarted: %+v", a)
+	}
+}
