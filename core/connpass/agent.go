@@ -124,15 +124,15 @@ func (a *agentSide) recv() {
 	defer a.wg.Done()
 	for {
 		m, f, err := a.link.Recv()
-		if errors.Is(err, io.EOF) {
-			return
+		if errors.Is(err, ErrDropped) {
+			a.o.Log.Warn().Err(err).Msg("connection hand-off: a message from the daemon was dropped")
+			continue
 		}
 		if err != nil {
-			a.o.Log.Warn().Err(err).Msg("connection hand-off: a message from the daemon was dropped")
-			if errors.Is(err, net.ErrClosed) {
-				return
+			if !errors.Is(err, io.EOF) {
+				a.o.Log.Warn().Err(err).Msg("connection hand-off: the pair with the daemon failed; no more connections are taken")
 			}
-			continue
+			return
 		}
 		if m.Kind != KindConn {
 			if f != nil {

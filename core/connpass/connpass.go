@@ -71,8 +71,12 @@ type Message struct {
 	Data []byte // Conn, Back: the bytes read of the connection, to be served first
 }
 
-// Errors of Decode.
+// Errors of Decode, and of Link.Recv.
 var (
+	// ErrDropped wraps Link.Recv's error for a message it could not use
+	// (it closed any socket that came with it): the next may be read.
+	ErrDropped = errors.New("connpass: message dropped")
+
 	ErrShort   = errors.New("connpass: message shorter than its header")
 	ErrVersion = errors.New("connpass: unknown message version")
 	ErrKind    = errors.New("connpass: unknown message kind")

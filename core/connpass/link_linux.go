@@ -94,8 +94,9 @@ func (l *Link) SetWriteDeadline(t time.Time) error { return l.c.SetWriteDeadline
 
 // Recv returns the next message, with the socket that came with it (a
 // Conn or Back), which the caller owns. io.EOF: the other end closed. A
-// message that cannot be decoded is an error that is not io.EOF, and any
-// descriptor that came with it is closed: the caller may read on.
+// message that cannot be used is an error wrapping ErrDropped, and any
+// descriptor that came with it is closed: the caller may read on. Any
+// other error ends the link.
 func (l *Link) Recv() (Message, *os.File, error) {
 	if l.rbuf == nil {
 		l.rbuf = make([]byte, MaxMessage+1)
@@ -136,12 +137,12 @@ func (l *Link) Recv() (Message, *os.File, error) {
 	}
 	if flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0 {
 		closeAll(fds)
-		return Message{}, nil, errors.New("connpass: message cut short")
+		return Message{}, nil, fmt.Errorf("%w: cut short", ErrDropped)
 	}
 	m, err := Decode(l.rbuf[:n])
 	if err != nil {
 		closeAll(fds)
-		return Message{}, nil, err
+		return Message{}, nil, fmt.Errorf("%w: %w", ErrDropped, err)
 	}
 	if !m.Kind.carriesSocket() {
 		closeAll(fds)
@@ -149,7 +150,7 @@ func (l *Link) Recv() (Message, *os.File, error) {
 	}
 	if len(fds) != 1 {
 		closeAll(fds)
-		return Message{}, nil, fmt.Errorf("connpass: %c message with %d descriptors", m.Kind, len(fds))
+		return Message{}, nil, fmt.Errorf("%w: %c message with %d descriptors", ErrDropped, m.Kind, len(fds))
 	}
 	m.Data = append([]byte(nil), m.Data...)
 	return m, os.NewFile(uintptr(fds[0]), "client"), nil

@@ -113,13 +113,13 @@ func TestLinkDropsBadMessages(t *testing.T) {
 	if _, _, err := d.c.WriteMsgUnix(Message{Kind: KindConn, ID: 1, Data: []byte("x")}.Append(nil), nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, f, err := a.Recv(); err == nil || f != nil {
+	if _, f, err := a.Recv(); !errors.Is(err, ErrDropped) || f != nil {
 		t.Fatalf("garbage: %v %v", f, err)
 	}
 	if m, _, err := a.Recv(); err != nil || m.Kind != KindReady {
 		t.Fatalf("after garbage: %+v %v", m, err)
 	}
-	if _, f, err := a.Recv(); err == nil || f != nil {
+	if _, f, err := a.Recv(); !errors.Is(err, ErrDropped) || f != nil {
 		t.Fatalf("a Conn without a socket: %v %v", f, err)
 	}
 	// The descriptor that came with the garbage was closed: the pipe's

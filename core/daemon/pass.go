@@ -119,12 +119,15 @@ func (lk *passLink) read() {
 	}()
 	for {
 		m, f, err := lk.l.Recv()
-		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
-			return
-		}
-		if err != nil {
+		if errors.Is(err, connpass.ErrDropped) {
 			lk.p.log.Warn().Err(err).Str("agent", lk.agent).Msg("connection hand-off: a message from the agent was dropped")
 			continue
+		}
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				lk.p.log.Warn().Err(err).Str("agent", lk.agent).Msg("connection hand-off: the pair with the agent failed")
+			}
+			return
 		}
 		switch m.Kind {
 		case connpass.KindReady:
