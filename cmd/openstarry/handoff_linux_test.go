@@ -369,3 +369,50 @@ func TestHandoffAgentKilled(t *testing.T) {
 		t.Fatalf("master not restarted: %+v", a)
 	}
 }
+
+// TestHandoffConnectionCap: the connections agents hold still count
+// against the daemon's cap on open connections (httpx.DefaultMaxConns):
+// with all of its places taken by connections the master holds, one more
+// is answered 503 too_many_connections; once the master closes one (the
+// client went away), a new connection is served.
+func TestHandoffConnectionCap(t *testing.T) {
+	data := dataDir(t)
+	d := startDaemon(t, daemonConfig(t, data, ""))
+	base := d.url()
+	pids := processes(t, d, data)
+	const max = 256 // httpx.DefaultMaxConns
+	conns := make([]*rawConn, max)
+	for i := range conns {
+		conns[i] = dialRaw(t, base)
+		conns[i].must(404, "GET", "/agents/master/tasks/none", "")
+	}
+	conns[0].expectHolder(pids, "master")
+	conns[max-1].expectHolder(pids, "master")
+	over := dialRaw(t, base)
+	if code, out, err := over.do("GET", "/agents/master/tasks/x", ""); err != nil || code != 503 || !strings.Contains(out, "too_many_connections") {
+		t.Fatalf("one over the cap: %d %v %s, want 503 too_many_connections", code, err, out)
+	}
+	conns[0].c.Close()
+	err := wait.Poll(30*time.Second, func() error {
+		c, err := net.Dial("tcp", strings.TrimPrefix(base, "http://"))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		rc := &rawConn{t: t, c: c, br: bufio.NewReader(c)}
+		code, out, err := rc.do("GET", "/agents/master/tasks/x", "")
+		if err != nil {
+			return err
+		}
+		if code == 503 {
+			return errors.New(out)
+		}
+		if code != 404 {
+			t.Fatalf("after a place was freed: %d %s", code, out)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("no place freed when the master closed a connection: %v", err)
+	}
+}
