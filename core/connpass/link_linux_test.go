@@ -1,6 +1,7 @@
 package connpass
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"errors"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -219,5 +221,104 @@ func TestAgentHeaders(t *testing.T) {
 	}
 	if got.Host != "127.0.0.1:4000" {
 		t.Fatalf("Host %q", got.Host)
+	}
+}
+
+// TestServe: the agent's side against a daemon played by the test: it says
+// it is ready, serves a handed connection (the bytes read first) with its
+// API under the daemon's token, hands back a request that is not its own
+// with that request's bytes, says when a connection it holds closes, and
+// says it stops.
+func TestServe(t *testing.T) {
+	d, child, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	fd, err := syscall.Dup(int(child.Fd()))
+	child.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		_, _ = io.WriteString(w, r.Method+" "+r.URL.Path+" "+string(body)+" "+r.Header.Get("Authorization"))
+	})
+	stop, err := Serve(AgentOptions{Settings: Settings{FD: fd}, AgentID: "a", LocalToken: "per-boot", API: api, Addr: "127.0.0.1:4000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, _, err := d.Recv(); err != nil || m.Kind != KindReady {
+		t.Fatalf("first message %+v %v, want Ready", m, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon read the head and part of the body; the rest comes from
+	// the client.
+	if err := d.Send(Message{Kind: KindConn, ID: 5, Data: []byte("POST /agents/a/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer client\r\nContent-Length: 5\r\n\r\nhe")}, server); err != nil {
+		t.Fatal(err)
+	}
+	server.Close()
+	if _, err := io.WriteString(client, "llo"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(client)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(body) != "POST /agents/a/tasks hello Bearer per-boot" {
+		t.Fatalf("the agent answered %q", body)
+	}
+	// Not the agent's: back to the daemon, with its bytes.
+	if _, err := io.WriteString(client, "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	m, f, err := d.Recv()
+	if err != nil || m.Kind != KindBack || m.ID != 5 || !strings.HasPrefix(string(m.Data), "GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n") || f == nil {
+		t.Fatalf("handed back %c %d %q %v", m.Kind, m.ID, m.Data, err)
+	}
+	back, err := FileConn(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back.RemoteAddr().String() != client.LocalAddr().String() {
+		t.Fatalf("handed back %s, want the client's socket %s", back.RemoteAddr(), client.LocalAddr())
+	}
+	// The daemon hands it over again; the client closes it: the agent says
+	// so.
+	if err := d.Send(Message{Kind: KindConn, ID: 5, Data: []byte("GET /agents/a/x HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")}, back); err != nil {
+		t.Fatal(err)
+	}
+	back.Close()
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	client.Close()
+	if m, _, err := d.Recv(); err != nil || m.Kind != KindClosed || m.ID != 5 {
+		t.Fatalf("after the client closed: %+v %v, want Closed 5", m, err)
+	}
+	stop(t.Context())
+	if m, _, err := d.Recv(); err != nil || m.Kind != KindStop {
+		t.Fatalf("at stop: %+v %v, want Stop", m, err)
+	}
+	if _, _, err := d.Recv(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after stop: %v, want io.EOF", err)
 	}
 }
