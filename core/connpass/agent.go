@@ -42,8 +42,10 @@ func HashToken(token string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// FromEnv reads the Settings of EnvHandoff and removes the variable (what
-// the agent starts does not inherit it); nil when it is not set.
+// FromEnv reads the Settings of EnvHandoff and removes the variable, and
+// marks the descriptor it names closed on exec: nothing the agent starts
+// (an MCP server) inherits either. nil when it is not set. Call it before
+// the agent starts anything.
 func FromEnv() (*Settings, error) {
 	v, ok := os.LookupEnv(EnvHandoff)
 	if !ok {
@@ -57,6 +59,7 @@ func FromEnv() (*Settings, error) {
 	if s.FD < 3 {
 		return nil, fmt.Errorf("%s: descriptor %d", EnvHandoff, s.FD)
 	}
+	closeOnExec(s.FD)
 	if s.TokenSHA256 != "" {
 		if b, err := hex.DecodeString(s.TokenSHA256); err != nil || len(b) != sha256.Size {
 			return nil, fmt.Errorf("%s: token_sha256 is not a hex SHA-256", EnvHandoff)
@@ -98,7 +101,6 @@ func Serve(o AgentOptions) (stop func(ctx context.Context), err error) {
 	a.ln = NewListener(addr)
 	a.srv = httpx.NewServer(a, o.Settings.Limits)
 	a.srv.ConnContext = ConnContext
-	a.srv.ErrorLog = nil
 	go func() { _ = a.srv.Serve(a.ln) }()
 	a.wg.Add(1)
 	go a.recv()

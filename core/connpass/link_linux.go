@@ -159,6 +159,8 @@ func (l *Link) Recv() (Message, *os.File, error) {
 // Close closes this end; the other end's Recv returns io.EOF.
 func (l *Link) Close() error { return l.c.Close() }
 
+func closeOnExec(fd int) { syscall.CloseOnExec(fd) }
+
 // FileConn makes a net.Conn of a received socket, and closes f.
 func FileConn(f *os.File) (net.Conn, error) {
 	defer f.Close()

@@ -24,8 +24,19 @@ func Pair() (*Link, *os.File, error) { return nil, nil, errUnsupported }
 // Open fails: not supported here.
 func Open(fd uintptr) (*Link, error) { return nil, errUnsupported }
 
+// Send fails: not supported here.
 func (l *Link) Send(m Message, sock net.Conn) error { return errUnsupported }
-func (l *Link) SetWriteDeadline(t time.Time) error  { return errUnsupported }
-func (l *Link) Recv() (Message, *os.File, error)    { return Message{}, nil, errUnsupported }
-func (l *Link) Close() error                        { return nil }
-func FileConn(f *os.File) (net.Conn, error)         { f.Close(); return nil, errUnsupported }
+
+// SetWriteDeadline fails: not supported here.
+func (l *Link) SetWriteDeadline(t time.Time) error { return errUnsupported }
+
+// Recv fails: not supported here.
+func (l *Link) Recv() (Message, *os.File, error) { return Message{}, nil, errUnsupported }
+
+// Close does nothing.
+func (l *Link) Close() error { return nil }
+
+// FileConn closes f and fails: not supported here.
+func FileConn(f *os.File) (net.Conn, error) { f.Close(); return nil, errUnsupported }
+
+func closeOnExec(int) {}
