@@ -59,12 +59,12 @@ func FromEnv() (*Settings, error) {
 	if s.FD < 3 {
 		return nil, fmt.Errorf("%s: descriptor %d", EnvHandoff, s.FD)
 	}
-	closeOnExec(s.FD)
 	if s.TokenSHA256 != "" {
 		if b, err := hex.DecodeString(s.TokenSHA256); err != nil || len(b) != sha256.Size {
 			return nil, fmt.Errorf("%s: token_sha256 is not a hex SHA-256", EnvHandoff)
 		}
 	}
+	closeOnExec(s.FD)
 	return &s, nil
 }
 

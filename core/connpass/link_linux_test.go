@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -320,5 +321,48 @@ func TestServe(t *testing.T) {
 	}
 	if _, _, err := d.Recv(); !errors.Is(err, io.EOF) {
 		t.Fatalf("after stop: %v, want io.EOF", err)
+	}
+}
+
+// TestFromEnv: the settings are read, the variable removed, and the
+// descriptor marked closed on exec (syscall.Dup leaves it inheritable, as
+// exec.Cmd.ExtraFiles does in the child).
+func TestFromEnv(t *testing.T) {
+	_, child, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer child.Close()
+	fd, err := syscall.Dup(int(child.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	flags := func() uintptr {
+		v, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if errno != 0 {
+			t.Fatal(errno)
+		}
+		return v
+	}
+	if flags()&syscall.FD_CLOEXEC != 0 {
+		t.Fatal("a dup is already closed on exec")
+	}
+	t.Setenv(EnvHandoff, `{"fd":`+strconv.Itoa(fd)+`,"hosts":["api.example"],"token_sha256":"`+HashToken("tok")+`"}`)
+	s, err := FromEnv()
+	if err != nil || s == nil || s.FD != fd || len(s.Hosts) != 1 || s.TokenSHA256 != HashToken("tok") {
+		t.Fatalf("FromEnv = %+v, %v", s, err)
+	}
+	if _, ok := os.LookupEnv(EnvHandoff); ok {
+		t.Fatal("the variable is still set")
+	}
+	if flags()&syscall.FD_CLOEXEC == 0 {
+		t.Fatal("the descriptor is not closed on exec")
+	}
+	for _, bad := range []string{`{"fd":2}`, `{"fd":7,"token_sha256":"abc"}`, `not json`} {
+		t.Setenv(EnvHandoff, bad)
+		if s, err := FromEnv(); err == nil {
+			t.Errorf("FromEnv(%s) = %+v", bad, s)
+		}
 	}
 }
