@@ -416,3 +416,18 @@ func TestHandoffConnectionCap(t *testing.T) {
 		t.Fatalf("no place freed when the master closed a connection: %v", err)
 	}
 }
+
+// TestHandoffOff: with http.handoff false the daemon keeps every
+// connection and forwards its requests, as before the hand-off.
+func TestHandoffOff(t *testing.T) {
+	data := dataDir(t)
+	d := startDaemon(t, handoffConfig(t, data, "127.0.0.1", "  handoff: false\n"))
+	pids := processes(t, d, data)
+	rc := dialRaw(t, d.url())
+	rc.must(200, "POST", "/agents/master/tasks?wait=10s", `{"task_id":"f1","input":"x"}`)
+	rc.must(200, "GET", "/agents/master/tasks/f1", "")
+	rc.expectHolder(pids, "daemon")
+	if strings.Contains(d.logs(), "hand-off") {
+		t.Fatalf("the hand-off was tried:\n%s", d.logs())
+	}
+}
