@@ -147,10 +147,12 @@ func (lk *passLink) read() {
 }
 
 // passable reports whether r may be handed to an agent: the request
-// forward.go would take, on a plain connection, carrying nothing the web
-// UI judges, and not one the daemon took back after a failed hand-off.
+// forward.go would take, on a plain connection the client keeps open after
+// it (one closed after its only request gains nothing: the agent would pay
+// for taking it what the daemon saves), carrying nothing the web UI judges,
+// and not one the daemon took back after a failed hand-off.
 func passable(r *http.Request) bool {
-	if r.TLS != nil || !forwardable(r) {
+	if r.TLS != nil || r.Close || !forwardable(r) {
 		return false
 	}
 	h := r.Header

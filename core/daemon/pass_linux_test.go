@@ -188,3 +188,33 @@ func TestConnPass(t *testing.T) {
 		t.Fatalf("places still held after the agent ended: %v", err)
 	}
 }
+
+func TestPassable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		req  string
+		want bool
+	}{
+		{"a task", "POST /agents/a/tasks HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}", true},
+		{"a GET", "GET /agents/a/tasks/t HTTP/1.1\r\nHost: h\r\n\r\n", true},
+		{"HTTP/1.0 kept alive", "GET /agents/a/tasks/t HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", true},
+		{"closing", "GET /agents/a/tasks/t HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n", false},
+		{"HTTP/1.0", "GET /agents/a/tasks/t HTTP/1.0\r\n\r\n", false},
+		{"chunked", "POST /agents/a/tasks HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", false},
+		{"large", "POST /agents/a/tasks HTTP/1.1\r\nHost: h\r\nContent-Length: 70000\r\n\r\n", false},
+		{"upgrade", "GET /agents/a/x HTTP/1.1\r\nHost: h\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n", false},
+		{"a browser's cookie", "GET /agents/a/tasks/t HTTP/1.1\r\nHost: h\r\nCookie: s=1\r\n\r\n", false},
+		{"a browser's fetch", "GET /agents/a/tasks/t HTTP/1.1\r\nHost: h\r\nSec-Fetch-Site: same-origin\r\n\r\n", false},
+		{"an origin", "POST /agents/a/tasks HTTP/1.1\r\nHost: h\r\nOrigin: http://h\r\nContent-Length: 2\r\n\r\n{}", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := http.ReadRequest(bufio.NewReader(strings.NewReader(tc.req)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := passable(r); got != tc.want {
+				t.Fatalf("passable = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
