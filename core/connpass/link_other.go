@@ -3,6 +3,7 @@
 package connpass
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -40,3 +41,9 @@ func (l *Link) Close() error { return nil }
 func FileConn(f *os.File) (net.Conn, error) { f.Close(); return nil, errUnsupported }
 
 func closeOnExec(int) {}
+
+// FromEnv returns nil: no daemon hands connections over here.
+func FromEnv() (*Settings, error) { return nil, nil }
+
+// Serve fails: not supported here.
+func Serve(o AgentOptions) (stop func(ctx context.Context), err error) { return nil, errUnsupported }
