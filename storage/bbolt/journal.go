@@ -73,6 +73,10 @@ const defaultJournalSize = 256 << 10
 // Save: one that could still fit in a journal of the default size.
 const maxKeptLog = defaultJournalSize
 
+// idleKeptLog is the largest operations buffer a store keeps after a Save
+// that fitted in the journal.
+const idleKeptLog = 32 << 10
+
 // A record is a header and the operations of one Save:
 //
 //	4 bytes  CRC-32C (Castagnoli) of everything after it

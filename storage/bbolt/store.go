@@ -677,10 +677,14 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		a.tx = tx // rolled back by rewind on error
 	}
 	log := &a.log
-	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
-	if cap(log.b) > maxKeptLog {
-		log.b = nil // a Save too large for the journal: not kept
+	// The buffer is kept for the next Save, up to the journal's size
+	// while Saves overflow it (a burst: its Saves would grow it afresh
+	// each time), up to idleKeptLog once one did not (an agent idle after
+	// a burst does not hold the burst's buffer).
+	if cap(log.b) > maxKeptLog || !log.over && cap(log.b) > idleKeptLog {
+		log.b = nil
 	}
+	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
 	if a.jr == nil || s.tune.journalSize <= 0 {
 		log.over = true // no journal: the Save folds, its operations are not needed
 	}

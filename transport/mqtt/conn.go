@@ -50,8 +50,12 @@ type bufferedConn struct {
 }
 
 // maxPending is how much Write lets gather before it waits for the
-// flusher; a larger buffer is not kept for reuse.
+// flusher.
 const maxPending = 256 << 10
+
+// maxSpare is the largest write buffer kept for the next write: an idle
+// connection keeps no more after a burst.
+const maxSpare = 16 << 10
 
 // closeFlush bounds how long Close waits for the pending bytes (paho's
 // DISCONNECT among them) to be written.
@@ -105,7 +109,7 @@ func (c *bufferedConn) flush() {
 		if err != nil && c.err == nil {
 			c.err = err
 		}
-		if cap(buf) <= maxPending {
+		if cap(buf) <= maxSpare {
 			c.spare = buf[:0]
 		}
 		c.cond.Broadcast()
