@@ -149,10 +149,10 @@ func (c *bufferedConn) Close() error {
 }
 
 // Opener returns paho's CustomOpenConnectionFn for a client of the project:
-// a TCP or TLS connection (tc nil or not) with a read buffer, dialled as
-// paho's own opener dials the schemes ParseBrokerURL accepts: through the
-// proxy that ALL_PROXY names (NO_PROXY excepted), and within the connect
-// timeout. Every paho client the project makes (an agent's, the daemon's,
+// a TCP or TLS connection (tc nil or not) with a read buffer and coalesced
+// writes (bufferedConn), dialled as paho's own opener dials the schemes
+// ParseBrokerURL accepts: through the proxy that ALL_PROXY names (NO_PROXY
+// excepted), and within the connect timeout. Every paho client the project makes (an agent's, the daemon's,
 // the CLI's, the fleet's claims) opens its connection through it.
 func Opener(tc *tls.Config) paho.OpenConnectionFunc {
 	return func(u *url.URL, o paho.ClientOptions) (net.Conn, error) {
