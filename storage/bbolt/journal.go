@@ -140,11 +140,11 @@ func (l *opLog) add(kind, bucket byte, k, v []byte) {
 	if l.over {
 		return
 	}
-	// The operation's size at most (two bytes, two lengths, k, v): one
-	// that would take the log past its limit is not appended, so that
-	// the buffer never grows past the limit and is kept for the next
-	// Save (maxKeptLog) instead of growing afresh, by doubling, in every
-	// Save of a burst too large for the journal.
+	// An operation that would take the log past its limit is not
+	// appended, and the buffer grows at most to the limit: so it never
+	// outgrows what the next Save keeps (maxKeptLog), instead of growing
+	// afresh, by doubling, in every Save of a burst too large for the
+	// journal.
 	if l.limit > 0 {
 		need := len(l.b) + opSize(k, v, kind)
 		if int64(need) > l.limit {

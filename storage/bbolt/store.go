@@ -831,9 +831,8 @@ func singlePage(tx *bolt.Tx, b *bolt.Bucket) bool {
 // with elements dropped from the front and appended at the back, only the
 // appended ones are written, under the keys that continue prev's; otherwise
 // the whole list is written under fresh keys above every key in use, so that
-// prev's elements stay intact. enc returns an element's payload. writeList
-// returns the new range and the sums of its elements. enc appends an
-// element's payload to dst.
+// prev's elements stay intact. enc appends an element's payload to dst.
+// writeList returns the new range and the sums of its elements.
 func writeList(b *wbucket, prefix byte, prev *listRange, prevSums []uint32, seq uint64, n int, isNil bool,
 	enc func(dst []byte, i int) ([]byte, error)) (listRange, []uint32, error) {
 	r := listRange{Seq: seq, Count: uint64(n), Nil: isNil}
