@@ -26,6 +26,9 @@ type Task struct {
 	ResumeContext json.RawMessage `json:"resume_context,omitempty"`
 
 	raw []byte // the payload DecodeTask read
+	// inputInRaw: Input is the bytes of raw that hold it (scanTask's),
+	// not a copy.
+	inputInRaw bool
 }
 
 // Codes of TaskError, stable strings that HTTP answers and dead letters carry.
@@ -101,12 +104,13 @@ func decodeTask(data []byte, maxBytes int, plan bool) (*Task, error) {
 			return nil, &TaskError{CodeBadDeadline, "deadline is not RFC 3339: " + err.Error()}
 		}
 	}
+	aliased := ok && len(t.Input) > 0 // scanTask's input points into data
 	if len(t.Input) == 0 {
 		t.Input = json.RawMessage("null")
 	}
 	// Queued as it came: encoding the task again would cost as much as
 	// decoding it did.
-	t.raw = data
+	t.raw, t.inputInRaw = data, aliased
 	return &t, nil
 }
 
@@ -165,9 +169,12 @@ func TaskEvent(t *Task, source string, nowMs int64) (Event, error) {
 		// into the payload, which holds the same bytes, rather than keep
 		// a second copy while the task is queued.
 		dt := *t
-		dt.raw = nil
-		if i := bytes.Index(t.raw, t.Input); i >= 0 && len(t.Input) > 0 {
-			dt.Input = json.RawMessage(t.raw[i : i+len(t.Input) : i+len(t.Input)])
+		dt.raw, dt.inputInRaw = nil, false
+		// scanTask's input is in the payload already: no search for it.
+		if !t.inputInRaw && len(t.Input) > 0 {
+			if i := bytes.Index(t.raw, t.Input); i >= 0 {
+				dt.Input = json.RawMessage(t.raw[i : i+len(t.Input) : i+len(t.Input)])
+			}
 		}
 		ev.task = &dt
 	}

@@ -114,3 +114,18 @@ func BenchmarkDecodeTask(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTaskEvent: queueing a 1 KiB task DecodeTask read.
+func BenchmarkTaskEvent(b *testing.B) {
+	data := []byte(`{"task_id":"bench-000001","type":"bench","input":"` + strings.Repeat("x", 990) + `"}`)
+	task, err := DecodeTask(data, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := TaskEvent(task, "mqtt", 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

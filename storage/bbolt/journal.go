@@ -73,6 +73,10 @@ const defaultJournalSize = 256 << 10
 // Save: one that could still fit in a journal of the default size.
 const maxKeptLog = defaultJournalSize
 
+// idleKeptLog is the largest operations buffer a store keeps after a Save
+// that fitted in the journal.
+const idleKeptLog = 32 << 10
+
 // A record is a header and the operations of one Save:
 //
 //	4 bytes  CRC-32C (Castagnoli) of everything after it
@@ -136,6 +140,22 @@ func (l *opLog) add(kind, bucket byte, k, v []byte) {
 	if l.over {
 		return
 	}
+	// An operation that would take the log past its limit is not
+	// appended, and the buffer grows at most to the limit: so it never
+	// outgrows what the next Save keeps (maxKeptLog), instead of growing
+	// afresh, by doubling, in every Save of a burst too large for the
+	// journal.
+	if l.limit > 0 {
+		need := len(l.b) + opSize(k, v, kind)
+		if int64(need) > l.limit {
+			l.over, l.b = true, l.b[:0]
+			return
+		}
+		if need > cap(l.b) {
+			nb := make([]byte, len(l.b), min(max(2*cap(l.b), need, 4096), int(l.limit)))
+			l.b = nb[:copy(nb, l.b)]
+		}
+	}
 	l.b = append(l.b, kind, bucket)
 	l.b = binary.AppendUvarint(l.b, uint64(len(k)))
 	l.b = append(l.b, k...)
@@ -143,9 +163,23 @@ func (l *opLog) add(kind, bucket byte, k, v []byte) {
 		l.b = binary.AppendUvarint(l.b, uint64(len(v)))
 		l.b = append(l.b, v...)
 	}
-	if l.limit > 0 && int64(len(l.b)) > l.limit {
-		l.over, l.b = true, l.b[:0]
+}
+
+// opSize is the size of an operation in the log.
+func opSize(k, v []byte, kind byte) int {
+	n := 2 + uvarintLen(uint64(len(k))) + len(k)
+	if kind == opPut {
+		n += uvarintLen(uint64(len(v))) + len(v)
 	}
+	return n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
 }
 
 // wtx is Save's transaction: what it changes is also logged for the

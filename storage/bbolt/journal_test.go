@@ -584,3 +584,32 @@ func TestJournalLargeSaveFolds(t *testing.T) {
 	}
 	checkLoad(t, mustOpen(t, copyAgent(t, dir, "big", nil), small), snap)
 }
+
+// TestOpLogLimit: the operations of a Save are logged up to the journal's
+// limit exactly (an operation that ends at the limit is in, one past it
+// makes the Save fold), and the buffer never grows past the limit, so the
+// next Save of a burst reuses it instead of growing one afresh.
+func TestOpLogLimit(t *testing.T) {
+	const limit = 100 * 102
+	v := make([]byte, 97) // an operation of 2+1+1+1+97 = 102 bytes with a 1-byte key
+	l := &opLog{limit: limit}
+	for range 100 {
+		l.add(opPut, 1, []byte{'k'}, v)
+		if l.over {
+			t.Fatalf("over at %d bytes of a limit of %d", len(l.b), limit)
+		}
+	}
+	if len(l.b) != limit {
+		t.Fatalf("%d bytes logged, want %d: the last operation ends at the limit", len(l.b), limit)
+	}
+	if cap(l.b) > limit {
+		t.Fatalf("the buffer grew to %d bytes, past the limit of %d", cap(l.b), limit)
+	}
+	l.add(opDelete, 1, []byte{'k'}, nil)
+	if !l.over || len(l.b) != 0 {
+		t.Fatalf("an operation past the limit: over %v, %d bytes", l.over, len(l.b))
+	}
+	if cap(l.b) == 0 {
+		t.Fatal("the buffer was dropped; the next Save would grow it again")
+	}
+}

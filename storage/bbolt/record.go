@@ -68,6 +68,14 @@ var errBadFrame = errors.New("bad frame")
 // appendFrame appends the frame of payload stored under key to dst.
 func appendFrame(dst, key, payload []byte) []byte { return backend.AppendFrame(dst, key, payload) }
 
+// newFrame returns the start of a frame: its header, to which the payload
+// is appended before sealFrame completes it.
+func newFrame() []byte { return make([]byte, frameHeader) }
+
+// sealFrame completes the frame f (newFrame and its payload) stored under
+// key: appendFrame's frame, without a copy of the payload.
+func sealFrame(f, key []byte) []byte { return backend.SealFrame(f, key) }
+
 // openFrame checks the frame stored under key and returns its payload,
 // which aliases value; its errors wrap errBadFrame.
 func openFrame(key, value []byte) ([]byte, error) {

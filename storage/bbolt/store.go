@@ -677,10 +677,14 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		a.tx = tx // rolled back by rewind on error
 	}
 	log := &a.log
-	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
-	if cap(log.b) > maxKeptLog {
-		log.b = nil // a Save too large for the journal: not kept
+	// The buffer is kept for the next Save, up to the journal's size
+	// while Saves overflow it (a burst: its Saves would grow it afresh
+	// each time), up to idleKeptLog once one did not (an agent idle after
+	// a burst does not hold the burst's buffer).
+	if cap(log.b) > maxKeptLog || !log.over && cap(log.b) > idleKeptLog {
+		log.b = nil
 	}
+	log.b, log.over, log.limit = log.b[:0], false, s.tune.journalSize
 	if a.jr == nil || s.tune.journalSize <= 0 {
 		log.over = true // no journal: the Save folds, its operations are not needed
 	}
@@ -715,14 +719,14 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	hist := snap.Memory.ShortTermHistory
 	pr, ps := prev.list(prefixHistory)
 	rec.History, st.hist, err = writeList(b, prefixHistory, pr, ps, snap.HistorySeq, len(hist), hist == nil,
-		func(i int) ([]byte, error) { return json.Marshal(&hist[i]) })
+		func(dst []byte, i int) ([]byte, error) { return marshalAppend(dst, &hist[i]) })
 	if err != nil {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	queue := snap.EventQueueBackup
 	pr, ps = prev.list(prefixQueue)
 	rec.Queue, st.queue, err = writeList(b, prefixQueue, pr, ps, snap.QueueSeq, len(queue), queue == nil,
-		func(i int) ([]byte, error) { return json.Marshal(&queue[i]) })
+		func(dst []byte, i int) ([]byte, error) { return queue[i].AppendJSON(dst) })
 	if err != nil {
 		return nil, fmt.Errorf("queue: %w", err)
 	}
@@ -736,12 +740,12 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	// encoded once (index takes them from encoded).
 	encoded := make(map[uint64][]byte)
 	rec.Outbox, st.outbox, err = writeList(b, prefixOutbox, pr, ps, outSeq, len(out), out == nil,
-		func(i int) ([]byte, error) {
-			js, err := json.Marshal(&out[i])
+		func(dst []byte, i int) ([]byte, error) {
+			f, err := out[i].AppendJSON(dst)
 			if err == nil {
-				encoded[out[i].Seq] = js
+				encoded[out[i].Seq] = f[len(dst):]
 			}
-			return js, err
+			return f, err
 		})
 	if err != nil {
 		return nil, fmt.Errorf("outbox: %w", err)
@@ -749,7 +753,7 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	ids := snap.RecentEventIDs
 	pr, ps = prev.list(prefixRecent)
 	rec.Recent, st.recent, err = writeList(b, prefixRecent, pr, ps, snap.RecentSeq, len(ids), ids == nil,
-		func(i int) ([]byte, error) { return []byte(ids[i]), nil })
+		func(dst []byte, i int) ([]byte, error) { return append(dst, ids[i]...), nil })
 	if err != nil {
 		return nil, fmt.Errorf("recent event ids: %w", err)
 	}
@@ -801,6 +805,15 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	return st, nil
 }
 
+// marshalAppend appends json.Marshal(v) to dst.
+func marshalAppend(dst []byte, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return append(dst, b...), nil
+}
+
 // singlePage reports whether the bucket was a single page (or inline in its
 // parent) when the transaction began.
 func singlePage(tx *bolt.Tx, b *bolt.Bucket) bool {
@@ -818,10 +831,10 @@ func singlePage(tx *bolt.Tx, b *bolt.Bucket) bool {
 // with elements dropped from the front and appended at the back, only the
 // appended ones are written, under the keys that continue prev's; otherwise
 // the whole list is written under fresh keys above every key in use, so that
-// prev's elements stay intact. enc returns an element's payload. writeList
-// returns the new range and the sums of its elements.
+// prev's elements stay intact. enc appends an element's payload to dst.
+// writeList returns the new range and the sums of its elements.
 func writeList(b *wbucket, prefix byte, prev *listRange, prevSums []uint32, seq uint64, n int, isNil bool,
-	enc func(i int) ([]byte, error)) (listRange, []uint32, error) {
+	enc func(dst []byte, i int) ([]byte, error)) (listRange, []uint32, error) {
 	r := listRange{Seq: seq, Count: uint64(n), Nil: isNil}
 	from, sums, ok, err := continues(prev, prevSums, seq, n, enc)
 	if err != nil {
@@ -840,16 +853,18 @@ func writeList(b *wbucket, prefix byte, prev *listRange, prevSums []uint32, seq 
 		return r, nil, fmt.Errorf("element keys exhausted at %d", r.Start)
 	}
 	for i := from; i < n; i++ {
-		p, err := enc(i)
+		// The payload is encoded after its frame's header, and the frame
+		// sealed in place.
+		f, err := enc(newFrame(), i)
 		if err != nil {
 			return r, nil, fmt.Errorf("element %d: %w", seq+uint64(i), err)
 		}
 		// bbolt keeps key and value until the commit: both are fresh.
 		k := key(prefix, r.Start+uint64(i))
-		if err := b.Put(k, appendFrame(make([]byte, 0, frameHeader+len(p)), k, p)); err != nil {
+		if err := b.Put(k, sealFrame(f, k)); err != nil {
 			return r, nil, err
 		}
-		sums = append(sums, sum(p))
+		sums = append(sums, sum(f[frameHeader:]))
 	}
 	if n > 0 {
 		r.LastSum = sums[n-1]
@@ -865,7 +880,7 @@ func writeList(b *wbucket, prefix byte, prev *listRange, prevSums []uint32, seq 
 // most likely differ: the first and the last element the two lists share,
 // compared by sum.
 func continues(prev *listRange, prevSums []uint32, seq uint64, n int,
-	enc func(i int) ([]byte, error)) (from int, sums []uint32, ok bool, err error) {
+	enc func(dst []byte, i int) ([]byte, error)) (from int, sums []uint32, ok bool, err error) {
 	if prev == nil || seq < prev.Seq || uint64(len(prevSums)) != prev.Count {
 		return 0, nil, false, nil
 	}
@@ -883,7 +898,7 @@ func continues(prev *listRange, prevSums []uint32, seq uint64, n int,
 		return 0, nil, false, nil // cut at the back
 	}
 	for _, i := range []uint64{0, last} {
-		p, err := enc(int(i))
+		p, err := enc(nil, int(i))
 		if err != nil {
 			return 0, nil, false, err
 		}

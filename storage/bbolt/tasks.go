@@ -21,6 +21,10 @@ import (
 func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uint64][]byte) (uint64, error) {
 	b := tx.bucket(bucketTasks)
 	newNext := next
+	// The count of time entries is read before the first result indexed
+	// and written once after the last: a burst's Save indexes many.
+	var count uint64
+	counted := false
 	for i := range snap.Outbox {
 		r := &snap.Outbox[i]
 		if r.Seq < next {
@@ -40,7 +44,19 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uin
 				return 0, err
 			}
 		}
-		if err := putResult(b, r, snap.Timestamp, encoded[r.Seq]); err != nil {
+		if !counted {
+			var err error
+			if count, err = taskCount(b.Bucket); err != nil {
+				return 0, err
+			}
+			counted = true
+		}
+		if err := putResult(b, r, snap.Timestamp, encoded[r.Seq], &count); err != nil {
+			return 0, err
+		}
+	}
+	if counted {
+		if err := putTaskCount(b, count); err != nil {
 			return 0, err
 		}
 	}
@@ -54,11 +70,13 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uin
 
 // putResult indexes one result by task id and by the time it finished
 // (the snapshot's time when it does not say). js is the result's JSON
-// when the Save already encoded it (nil: encoded here).
-func putResult(b *wbucket, r *agent.Result, snapMs int64, js []byte) error {
+// when the Save already encoded it (nil: encoded here). *count is the
+// number of time entries, which putResult adds its own to; the caller
+// stores it (putTaskCount).
+func putResult(b *wbucket, r *agent.Result, snapMs int64, js []byte, count *uint64) error {
 	if js == nil {
 		var err error
-		if js, err = json.Marshal(r); err != nil {
+		if js, err = r.AppendJSON(nil); err != nil {
 			return fmt.Errorf("result %s: %w", r.TaskID, err)
 		}
 	}
@@ -67,22 +85,15 @@ func putResult(b *wbucket, r *agent.Result, snapMs int64, js []byte) error {
 		ms = snapMs
 	}
 	tk := timeKey(ms, r.Seq)
-	count, err := taskCount(b.Bucket)
-	if err != nil {
-		return err
-	}
 	if b.Get(tk) == nil {
-		count++
+		*count++
 	}
 	if err := b.Put(tk, appendFrame(nil, tk, []byte(r.TaskID))); err != nil {
 		return err
 	}
 	ik := idKey(r.TaskID)
-	p := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(js)), r.Seq)
-	if err := b.Put(ik, appendFrame(nil, ik, append(p, js...))); err != nil {
-		return err
-	}
-	return putTaskCount(b, count)
+	f := append(binary.BigEndian.AppendUint64(make([]byte, frameHeader, frameHeader+8+len(js)), r.Seq), js...)
+	return b.Put(ik, sealFrame(f, ik))
 }
 
 // prune deletes the oldest entries of the index while there are more than

@@ -45,8 +45,9 @@ func (c *Client) Deliver(results []agent.Result) {
 			continue // handed over already
 		}
 		c.lastSeq, c.anySeq = r.Seq, true
-		payload, err := json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: r.Status,
-			Output: r.Output, Error: r.Error, TickIndex: r.TickIndex})
+		msg := resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: r.Status,
+			Output: r.Output, Error: r.Error, TickIndex: r.TickIndex}
+		payload, err := msg.AppendJSON(nil)
 		if err != nil {
 			// Output is JSON the runtime produced; this cannot happen,
 			// but a result must never vanish silently.

@@ -419,3 +419,19 @@ func TestJSON(t *testing.T) {
 		})
 	}
 }
+
+// TestSealFrame: a frame sealed in place is the frame AppendFrame appends.
+func TestSealFrame(t *testing.T) {
+	for _, payload := range []string{"", "x", `{"seq":1,"task_id":"t"}`, strings.Repeat("p", 5000)} {
+		for _, key := range []string{"", "k", "\x03\x00\x00\x00\x00\x00\x00\x00\x07"} {
+			want := AppendFrame(nil, []byte(key), []byte(payload))
+			got := SealFrame(append(make([]byte, FrameHeader), payload...), []byte(key))
+			if !bytes.Equal(got, want) {
+				t.Fatalf("key %q, payload of %d bytes: SealFrame % x, AppendFrame % x", key, len(payload), got[:FrameHeader], want[:FrameHeader])
+			}
+			if p, err := OpenFrame([]byte(key), got); err != nil || string(p) != payload {
+				t.Fatalf("key %q: OpenFrame: %q, %v", key, p, err)
+			}
+		}
+	}
+}

@@ -109,6 +109,15 @@ func AppendFrame(dst, key, payload []byte) []byte {
 	return dst
 }
 
+// SealFrame completes in place the frame f of the payload f[FrameHeader:]
+// stored under key, whose header f[:FrameHeader] it writes: the frame
+// AppendFrame would append, built without copying the payload.
+func SealFrame(f, key []byte) []byte {
+	binary.BigEndian.PutUint32(f[4:], uint32(len(f)-FrameHeader))
+	binary.BigEndian.PutUint32(f, crc32.Update(crc32.Checksum(key, castagnoli), castagnoli, f[4:]))
+	return f
+}
+
 // OpenFrame checks the frame stored under key and returns its payload,
 // which aliases value. Its errors wrap ErrChecksum. It never panics.
 func OpenFrame(key, value []byte) ([]byte, error) {
