@@ -94,7 +94,8 @@ type Config struct {
 	Services map[string]any // handed to tools
 	Outbox   Outbox         // nil: results are confirmed as soon as they are durable
 	// OnProgress, when set, is told of each step of a running task. It is
-	// called from the tick's goroutine and must not block.
+	// called from the goroutine that runs the tick (the runtime's own for
+	// a quick brain's task that calls no tool) and must not block.
 	OnProgress func(taskID string, percent int, phase string)
 	Log        zerolog.Logger
 	Now        func() time.Time
@@ -203,8 +204,9 @@ const (
 
 // Runtime runs one agent: one goroutine owns the snapshot and performs every
 // change and every Save; the brain and the tools of a tick run on a second
-// goroutine and hand their outcome back. Nothing outside that goroutine reads
-// or writes the snapshot.
+// goroutine and hand their outcome back, except a quick brain's tick that
+// calls no tool, which runs on the first (tickInline). Nothing outside that
+// goroutine reads or writes the snapshot.
 type Runtime struct {
 	cfg   Config
 	tools map[string]tool.Tool // cfg.Tools by name
@@ -228,7 +230,8 @@ type Runtime struct {
 	exitErr   error
 	artifacts *tool.Artifacts // the artifacts directory's root; nil without one; closed when the loop ends
 
-	quick bool // the brain is Quick and QuickWait positive
+	quick  bool // the brain is Quick and QuickWait positive
+	inline bool // quick, and the brain no Summarizer: ticks start on the runtime's goroutine (tickInline)
 
 	// Owned by the runtime goroutine.
 	st         *state
@@ -358,6 +361,8 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		r.quick = true
 		r.holdTimer = time.NewTimer(time.Hour)
 		r.holdTimer.Stop()
+		_, sums := cfg.Brain.(Summarizer)
+		r.inline = !sums
 	}
 	if ix, ok := cfg.Store.(ResultIndex); ok {
 		r.index = ix
@@ -651,7 +656,17 @@ func (r *Runtime) loop() {
 			r.exitErr = r.shutdown()
 			return
 		}
-		r.maybeStartTick()
+		for r.maybeStartTick() {
+			// A quick tick ran here to its end: start the next queued
+			// one, unless QuickWait ran out meanwhile (the save is due).
+			if r.holding && !r.expired {
+				select {
+				case <-r.holdTimer.C:
+					r.expired = true
+				default:
+				}
+			}
+		}
 		if r.dirty && !r.held() {
 			if r.commit(context.Background()) != nil {
 				return
@@ -971,20 +986,22 @@ func (r *Runtime) shutdown() error {
 
 // maybeStartTick starts the tick of the first queued event when none is in
 // flight. A tick starts on a durable state, except a quick one: it may run
-// before its event is saved, the save then waiting for it (held).
-func (r *Runtime) maybeStartTick() {
+// before its event is saved, the save then waiting for it (held). It
+// returns true when the tick ran to its end on this goroutine (tickInline)
+// and its outcome is applied.
+func (r *Runtime) maybeStartTick() bool {
 	s := r.st.snap
 	if r.busy || r.stopping || len(s.EventQueueBackup) == 0 {
-		return
+		return false
 	}
 	quick := r.quick && !r.expired
 	if r.dirty && !quick {
-		return // saved first
+		return false // saved first
 	}
 	ev := s.EventQueueBackup[0]
 	if err := s.Transition(StatusThinking); err != nil {
 		r.log.Error().Err(err).Msg("cannot start tick")
-		return
+		return false
 	}
 	r.busy = true
 	r.tickID = ev.ID
@@ -1010,7 +1027,15 @@ func (r *Runtime) maybeStartTick() {
 	if s.Turn != nil && s.Turn.EventID == ev.ID {
 		in.turn = s.Turn.Clone()
 	}
+	if quick && r.inline {
+		if out := r.tickInline(in); out != nil {
+			r.handleOutcome(out)
+			return true
+		}
+		return false // it runs on a goroutine of its own
+	}
 	go r.tick(in)
+	return false
 }
 
 // unacked reports whether the event id was accepted since the last save,

@@ -26,6 +26,10 @@ type tickInput struct {
 	memory    string   // working_variables.history_summary
 	resume    string   // the resume context of the task's session (Turn.Resume), or ""
 	turn      *TurnLog // nil, or this event's saved progress (a copy)
+	// inline: the tick runs on the runtime's goroutine (tickInline) and
+	// gives up, having changed and reported nothing, where it would wait:
+	// a tool, an operator's decision, an unreachable model.
+	inline bool
 }
 
 // tick runs one event through the brain and the tools, off the runtime's
@@ -38,6 +42,27 @@ func (r *Runtime) tick(in tickInput) {
 	}
 	r.cur.end()
 	r.doneCh <- out
+}
+
+// tickInline runs a quick brain's tick on the runtime's goroutine, the
+// caller, and returns its outcome; nil when the tick would wait (its brain
+// called a tool, or it waits for an operator or a model server), which it
+// then runs on a goroutine of its own from the start, as tick does. A quick
+// brain answers the same turn the same (Quick), so the attempt that gave up
+// costs nothing but the asking. Handing every echo task to a goroutine and
+// its outcome back cost two goroutine wake-ups per task, each a thread's
+// wake-up when the other processor was idle.
+func (r *Runtime) tickInline(in tickInput) *outcome {
+	r.cur.begin(in.ev.ID, r.cfg.Now())
+	in.inline = true
+	out := r.thinkAndAct(in)
+	if out == nil {
+		in.inline = false
+		go r.tick(in)
+		return nil
+	}
+	r.cur.end()
+	return out
 }
 
 // thinkAndAct runs one event: it asks the brain, runs the tools the brain
@@ -109,6 +134,9 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	// A call whose outcome a crash left unknown, put before an operator:
 	// the task goes on only with the decision.
 	if log.Awaiting != nil && len(log.Steps) > 0 {
+		if in.inline {
+			return nil
+		}
 		status, msg, aborted := r.decide(ev, &task, log, deadline)
 		switch {
 		case aborted:
@@ -129,6 +157,9 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 	// A reply saved by an earlier process whose calls did not all run:
 	// run the rest without asking the brain again.
 	if n := len(log.Steps); n > 0 && len(log.Steps[n-1].Results) < len(log.Steps[n-1].Calls) {
+		if in.inline {
+			return nil
+		}
 		if r.runCalls(ctx, ev, &task, log, &results) {
 			out.aborted = true
 			return out
@@ -146,12 +177,20 @@ func (r *Runtime) thinkAndAct(in tickInput) *outcome {
 		turn.Step = step
 		turn.Results = results
 		turn.Steps = log.Steps
-		r.progress(task.TaskID, step, "thinking")
+		if !in.inline {
+			r.progress(task.TaskID, step, "thinking")
+		}
 		turn.OnTokens = r.tokenProgress(task.TaskID, step)
-		reply, aborted, err := r.ask(ctx, task.TaskID, deadline, turn)
+		reply, aborted, err := r.ask(ctx, task.TaskID, deadline, turn, in.inline)
 		if aborted {
 			out.aborted = true
 			return out
+		}
+		if in.inline {
+			if errors.Is(err, ErrBrainUnavailable) || err == nil && len(reply.Calls) > 0 {
+				return nil // nothing changed or reported: the goroutine starts over
+			}
+			r.progress(task.TaskID, step, "thinking") // what the goroutine reports before asking
 		}
 		if err != nil {
 			return fail("brain: " + err.Error())
@@ -220,12 +259,13 @@ func (r *Runtime) checkpoint(ev Event, log *TurnLog, action *PendingAction) erro
 
 // ask asks the brain, and while the model server cannot be reached keeps
 // the task waiting and asks again with backoff, until the runtime stops
-// (aborted) or the task's deadline passes.
-func (r *Runtime) ask(ctx context.Context, taskID string, deadline time.Time, turn Turn) (Reply, bool, error) {
+// (aborted) or the task's deadline passes. once: it asks once and returns
+// the brain's error, whatever it is (an inline tick never waits).
+func (r *Runtime) ask(ctx context.Context, taskID string, deadline time.Time, turn Turn, once bool) (Reply, bool, error) {
 	wait := r.cfg.RetryMin
 	for attempt := 1; ; attempt++ {
 		reply, err := r.cfg.Brain.Think(ctx, turn)
-		if err == nil || !errors.Is(err, ErrBrainUnavailable) {
+		if once || err == nil || !errors.Is(err, ErrBrainUnavailable) {
 			return reply, false, err
 		}
 		if !deadline.IsZero() && r.cfg.Now().Add(wait).After(deadline) {

@@ -1,0 +1,98 @@
+package agent_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/openstarry/openstarry-edge/core/agent"
+)
+
+// goid is the calling goroutine's number, from its stack's first line.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	n, _ := strconv.ParseUint(string(b[:bytes.IndexByte(b, ' ')]), 10, 64)
+	return n
+}
+
+// whereBrain is a quick brain that notes the goroutine of every question.
+type whereBrain struct {
+	agent.Brain
+	mu  *sync.Mutex
+	ids *[]uint64
+}
+
+func (b whereBrain) Quick() bool { return true }
+
+func (b whereBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	b.mu.Lock()
+	*b.ids = append(*b.ids, goid())
+	b.mu.Unlock()
+	return b.Brain.Think(ctx, turn)
+}
+
+// A quick brain's tick that calls no tool runs on the runtime's goroutine,
+// the one that saves (no goroutine started for it and no hand-off of its
+// outcome: two wake-ups per task); one that calls a tool runs on a goroutine
+// of its own, the brain asked again there from the start. Either way each
+// step is reported once, in order, and the task is saved once.
+func TestQuickTickOnRuntimeGoroutine(t *testing.T) {
+	sleep := map[string]any{"call": []map[string]any{{"tool": "sleep_ms", "args": map[string]int{"ms": 0}}}}
+	cases := []struct {
+		name     string
+		input    any
+		onLoop   bool     // every question asked on the saving goroutine
+		asked    int      // questions to the brain
+		progress []string // what OnProgress was told
+	}{
+		{"answer", "hello", true, 1, []string{"0 thinking", "100 done"}},
+		{"idempotent tool", sleep, false, 3, []string{"0 thinking", "0 tool:sleep_ms", "11 thinking", "100 done"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			var mu sync.Mutex
+			var asked, saved []uint64
+			var progress []string
+			e.cfg.Brain = whereBrain{Brain: e.cfg.Brain, mu: &mu, ids: &asked}
+			e.cfg.AfterSave = func(*agent.Snapshot) { mu.Lock(); saved = append(saved, goid()); mu.Unlock() }
+			e.cfg.OnProgress = func(_ string, pct int, phase string) {
+				mu.Lock()
+				progress = append(progress, fmt.Sprintf("%d %s", pct, phase))
+				mu.Unlock()
+			}
+			rt := e.start()
+			if res := submit(t, rt, "t1", tc.input); res.Err != nil {
+				t.Fatalf("submit: %+v", res)
+			}
+			if st := waitTask(t, rt, "t1"); st.Status != agent.ResultDone {
+				t.Fatalf("state = %+v", st)
+			}
+			if _, err := rt.Snapshot(context.Background()); err != nil { // after the loop's last save
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(saved) != 2 { // hydration, then the task in one save
+				t.Fatalf("%d saves, want 2", len(saved))
+			}
+			loop := saved[len(saved)-1]
+			if len(asked) != tc.asked {
+				t.Fatalf("the brain was asked %d times, want %d", len(asked), tc.asked)
+			}
+			if on := !slices.ContainsFunc(asked, func(id uint64) bool { return id != loop }); on != tc.onLoop {
+				t.Fatalf("asked on goroutines %v, the runtime's is %d: on the runtime's = %v, want %v", asked, loop, on, tc.onLoop)
+			}
+			if !slices.Equal(progress, tc.progress) {
+				t.Fatalf("progress %q, want %q", progress, tc.progress)
+			}
+		})
+	}
+}
