@@ -41,9 +41,22 @@ const (
 // (agent.PlanTaskPrefix), which session continuity keeps for plan tasks.
 const HeaderPlanToken = "X-OpenStarry-Plan-Token"
 
-// JSON writes v as one line of JSON with status.
+// Appender is a value that encodes itself, byte for byte as json.Marshal
+// would, without reflection (agent.TaskState, the answer to a task).
+type Appender interface {
+	AppendJSON(dst []byte) ([]byte, error)
+}
+
+// JSON writes v as one line of JSON with status; an Appender encodes
+// itself.
 func JSON(w http.ResponseWriter, status int, v any) {
-	data, err := json.Marshal(v)
+	var data []byte
+	var err error
+	if a, ok := v.(Appender); ok {
+		data, err = a.AppendJSON(make([]byte, 0, 256))
+	} else {
+		data, err = json.Marshal(v)
+	}
 	if err != nil {
 		Error(w, http.StatusInternalServerError, CodeInternal, "encoding the answer: "+err.Error())
 		return

@@ -308,3 +308,33 @@ func TestPretty(t *testing.T) {
 		})
 	}
 }
+
+// selfEncoded is an Appender whose encoding json.Marshal would not write.
+type selfEncoded struct{ err error }
+
+func (s selfEncoded) AppendJSON(dst []byte) ([]byte, error) {
+	return append(dst, `{"by":"AppendJSON"}`...), s.err
+}
+
+// JSON lets an Appender encode itself (no reflection), and answers its
+// error as any encoding error; anything else goes through json.Marshal.
+func TestJSONAppender(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		v      any
+		status int
+		want   string
+	}{
+		{"appender", selfEncoded{}, 202, `{"by":"AppendJSON"}` + "\n"},
+		{"appender's error", selfEncoded{err: errors.New("boom")}, 500, `{"error":"encoding the answer: boom","code":"internal"}` + "\n"},
+		{"other", map[string]any{"a": "<x>"}, 202, `{"a":"\u003cx\u003e"}` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			JSON(w, 202, tc.v)
+			if w.Code != tc.status || w.Body.String() != tc.want || w.Header().Get("Content-Length") != fmt.Sprint(len(tc.want)) {
+				t.Fatalf("%d %q %q", w.Code, w.Body.String(), w.Header().Get("Content-Length"))
+			}
+		})
+	}
+}

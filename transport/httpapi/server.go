@@ -146,9 +146,9 @@ func (s *Server) postTask(w http.ResponseWriter, r *http.Request) {
 	case res.Err == nil && wait > 0:
 		s.answerAfterWait(w, r, rt, task.TaskID, wait)
 	case res.Err == nil && res.Duplicate:
-		httpx.JSON(w, http.StatusOK, res.State)
+		httpx.JSON(w, http.StatusOK, &res.State)
 	case res.Err == nil:
-		httpx.JSON(w, http.StatusAccepted, res.State)
+		httpx.JSON(w, http.StatusAccepted, &res.State)
 	case errors.Is(res.Err, agent.ErrQueueFull):
 		httpx.Error(w, http.StatusServiceUnavailable, "queue_full", res.Err.Error())
 	case errors.Is(res.Err, agent.ErrStopping), errors.Is(res.Err, agent.ErrStopped):
@@ -189,7 +189,7 @@ func (s *Server) getTask(w http.ResponseWriter, r *http.Request) {
 		if c := rt.Current(); st.Status == agent.TaskRunning && c != nil && c.TaskID == id {
 			st.Current = c
 		}
-		httpx.JSON(w, http.StatusOK, st)
+		httpx.JSON(w, http.StatusOK, &st)
 	}
 }
 
@@ -233,9 +233,9 @@ func (s *Server) answerAfterWait(w http.ResponseWriter, r *http.Request, rt *age
 	case !ok:
 		httpx.Error(w, http.StatusNotFound, "unknown_task", "no task "+id+" on agent "+rt.ID())
 	case st.Final():
-		httpx.JSON(w, http.StatusOK, st)
+		httpx.JSON(w, http.StatusOK, &st)
 	default:
-		httpx.JSON(w, http.StatusAccepted, st)
+		httpx.JSON(w, http.StatusAccepted, &st)
 	}
 }
 
