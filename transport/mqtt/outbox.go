@@ -186,7 +186,9 @@ type progressMsg struct {
 }
 
 // Progress is the runtime's OnProgress: it never blocks, and drops the
-// report when the broker is unreachable or reports pile up (QoS 0).
+// report when the broker is unreachable or reports pile up (QoS 0): a
+// report still waiting when the same task's next one comes is replaced by
+// it (pendingProgress).
 func (c *Client) Progress(taskID string, percent int, phase string) {
 	select {
 	case c.progress <- progressMsg{TaskID: taskID, Percent: percent, Phase: phase}:
@@ -196,16 +198,39 @@ func (c *Client) Progress(taskID string, percent int, phase string) {
 
 func (c *Client) progressLoop() {
 	defer c.wg.Done()
+	var batch []progressMsg
 	for {
 		select {
 		case p := <-c.progress:
+			batch = c.pendingProgress(append(batch[:0], p))
 			if !c.pc.IsConnectionOpen() {
 				continue
 			}
-			body, _ := json.Marshal(p)
-			c.pc.Publish(c.topics.Progress, 0, false, body)
+			for _, p := range batch {
+				body, _ := json.Marshal(p)
+				c.pc.Publish(c.topics.Progress, 0, false, body)
+			}
 		case <-c.ctx.Done():
 			return
+		}
+	}
+}
+
+// pendingProgress appends to batch the reports waiting, each replacing the
+// one before it when both are of the same task: an echo task's "thinking"
+// and "done" come microseconds apart, and publishing both cost a message
+// to the broker, and its routing, per task for a report already stale.
+func (c *Client) pendingProgress(batch []progressMsg) []progressMsg {
+	for {
+		select {
+		case p := <-c.progress:
+			if n := len(batch); n > 0 && batch[n-1].TaskID == p.TaskID {
+				batch[n-1] = p
+			} else {
+				batch = append(batch, p)
+			}
+		default:
+			return batch
 		}
 	}
 }
