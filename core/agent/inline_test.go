@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 )
@@ -94,5 +95,82 @@ func TestQuickTickOnRuntimeGoroutine(t *testing.T) {
 				t.Fatalf("progress %q, want %q", progress, tc.progress)
 			}
 		})
+	}
+}
+
+// sleepyBrain is a quick brain that takes its time over every answer.
+type sleepyBrain struct {
+	agent.Brain
+	d time.Duration
+}
+
+func (b sleepyBrain) Quick() bool { return true }
+
+func (b sleepyBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	time.Sleep(b.d)
+	return b.Brain.Think(ctx, turn)
+}
+
+// Queued quick ticks run one after another on the runtime's goroutine only
+// until QuickWait runs out: then what ran is saved and acknowledged before
+// the next starts, so a long queue does not hold its first task's answer
+// back by more than QuickWait and a tick.
+func TestQuickTicksInARowStopAtQuickWait(t *testing.T) {
+	e := newEnv(t)
+	e.cfg.Brain = sleepyBrain{Brain: e.cfg.Brain, d: 5 * time.Millisecond}
+	e.cfg.QuickWait = time.Millisecond
+	gate, held := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var ticks []uint64 // TickIndex of every save
+	e.cfg.AfterSave = func(s *agent.Snapshot) {
+		mu.Lock()
+		ticks = append(ticks, s.TickIndex)
+		n := len(ticks)
+		mu.Unlock()
+		if n == 2 { // the save of the first task: hold the runtime while ten queue up
+			close(held)
+			<-gate
+		}
+	}
+	rt := e.start()
+	done := make(chan agent.SubmitResult, 11)
+	submitAsync := func(id string) {
+		ev, err := agent.TaskEvent(&agent.Task{TaskID: id, Input: []byte(`"x"`)}, "test", time.Now().UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt.SubmitAsync(context.Background(), ev, func(res agent.SubmitResult) { done <- res })
+	}
+	submitAsync("first")
+	<-held
+	for i := range 10 {
+		submitAsync(fmt.Sprintf("t%d", i))
+	}
+	close(gate)
+	for range 11 {
+		if res := <-done; res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+	for i := range 10 {
+		if st := waitTask(t, rt, fmt.Sprintf("t%d", i)); st.Status != agent.ResultDone {
+			t.Fatalf("t%d = %+v", i, st)
+		}
+	}
+	if _, err := rt.Snapshot(context.Background()); err != nil { // after the loop's last save
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// ticks[1] is the first task's save; each later save holds the ticks
+	// that ran since. Ten 5 ms ticks against a 1 ms QuickWait: no save may
+	// hold more than one tick.
+	for i := 2; i < len(ticks); i++ {
+		if n := ticks[i] - ticks[i-1]; n > 1 {
+			t.Fatalf("a save held %d ticks run in a row (saves at ticks %v); QuickWait should have ended the run after one", n, ticks)
+		}
+	}
+	if ticks[len(ticks)-1] != 11 {
+		t.Fatalf("saves at ticks %v, want the last at 11", ticks)
 	}
 }
