@@ -49,9 +49,8 @@ func (r *Runtime) tick(in tickInput) {
 // called a tool, or it waits for an operator or a model server), which it
 // then runs on a goroutine of its own from the start, as tick does. A quick
 // brain answers the same turn the same (Quick), so the attempt that gave up
-// costs nothing but the asking. Handing every echo task to a goroutine and
-// its outcome back cost two goroutine wake-ups per task, each a thread's
-// wake-up when the other processor was idle.
+// costs nothing but the asking. Handing every echo task to a new goroutine
+// and its outcome back cost a goroutine's start and two hand-offs per task.
 func (r *Runtime) tickInline(in tickInput) *outcome {
 	r.cur.begin(in.ev.ID, r.cfg.Now())
 	in.inline = true
