@@ -9,8 +9,10 @@
 // One goroutine owns the snapshot (the runtime's loop): it applies every
 // change and performs every Save. A tick's brain and tools run on a second
 // goroutine, which never touches the snapshot; it hands its progress
-// (intents) and its outcome back over channels. Submit, Confirm, Snapshot,
-// TaskState and WaitTask may be called from any goroutine.
+// (intents) and its outcome back over channels. A quick brain's tick that
+// calls no tool (an echo task) runs on the loop's goroutine itself, reading
+// the snapshot only as the second goroutine would (tickInline). Submit,
+// Confirm, Snapshot, TaskState and WaitTask may be called from any goroutine.
 //
 // # Order
 //
