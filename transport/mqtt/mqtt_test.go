@@ -603,3 +603,36 @@ func TestMQTTSendFleetClaimsUnreadable(t *testing.T) {
 		t.Fatalf("%d copies (want 2 to 9: one every 500ms for at most 4s), notices %q", n, notices)
 	}
 }
+
+// An echo task is answered microseconds after its tick starts: its
+// "thinking" report is still waiting when "done" comes and is replaced by
+// it, so that fifty sequential tasks do not publish a hundred reports (they
+// did: one PUBLISH through the broker each).
+func TestProgressOfQuickTasksCoalesced(t *testing.T) {
+	brokers(t, func(t *testing.T, url string) {
+		a := startAgent(t, agentOpts{brokerURL: url})
+		tp := a.client.Topics()
+		col := mqtttest.Collect(t, url, "observer", true, tp.Progress, tp.Results)
+		pub := publisher(t, url)
+		const n = 50
+		for i := range n {
+			mqtttest.Publish(t, pub, tp.Tasks, task(fmt.Sprintf("q%d", i), "hello"))
+			wait.For(t, 10*time.Second, "the result", func() bool { return len(mqtttest.Results(t, col, tp.Results)) == i+1 })
+		}
+		phases := map[string]int{}
+		wait.For(t, 10*time.Second, "a done report for every task", func() bool {
+			clear(phases)
+			for _, m := range col.Messages(tp.Progress) {
+				var p struct{ Phase string }
+				if json.Unmarshal(m.Payload, &p) == nil {
+					phases[p.Phase]++
+				}
+			}
+			return phases["done"] == n
+		})
+		if phases["thinking"] == n {
+			t.Fatalf("every task published its thinking report too: %v", phases)
+		}
+		t.Logf("progress reports of %d sequential tasks: %v", n, phases)
+	})
+}
