@@ -148,6 +148,15 @@ func TestClaimsScale(t *testing.T) {
 		}
 		all[0].Done(id)
 	}
+	// The done claims go DefendFor after their claims were won.
+	doneClaims := func(want int) {
+		t.Helper()
+		wait.For(t, DefaultDefendFor+60*time.Second, "the done claims published", func() bool {
+			held, done := all[0].Held()
+			return held == 0 && done == want
+		})
+	}
+	doneClaims(n)
 	after := sent.settled(t)
 	perTask := float64(after-before) / n
 	t.Logf("hub messages sent per fleet task with %d devices: %.2f", len(all), perTask)
@@ -179,6 +188,7 @@ func TestClaimsScale(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	doneClaims(2 * n)
 	after = sent.settled(t)
 	sub1, _ := all[0].Batches()
 	t.Logf("hub messages sent per fleet task, 64 claimed at a time: %.2f (%d tasks per SUBSCRIBE and barrier)",
@@ -292,7 +302,7 @@ func TestClaimsTwoAgentsOneDevice(t *testing.T) {
 func TestClaimOfDoneTaskKeepsDone(t *testing.T) {
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
 	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
-		Log: zerolog.New(zerolog.NewTestWriter(t))})
+		DefendFor: time.Millisecond, Log: zerolog.New(zerolog.NewTestWriter(t))})
 	if err != nil {
 		t.Fatal(err)
 	}
