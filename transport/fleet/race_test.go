@@ -331,3 +331,66 @@ func claimRaceLoserKilled(t *testing.T, url string, decided, restored bool) {
 		t.Fatalf("dev-a, a copy: %s %v %v", owner, mine, err)
 	}
 }
+
+// TestClaimDefendedAfterDone: dev-a wins a task, runs it at once and is
+// done, and only then does the claim dev-b made within a round trip of
+// dev-a's reach the hub, overwriting dev-a's claim (dev-b, killed before it
+// saw it come back, never restores dev-a's). dev-a defends a claim for
+// DefendFor after it won it, done or not, and its done claim goes only
+// then (here at Close): what the hub keeps in the end is dev-a's done
+// claim. (dev-a's done claim went at once, and dev-b's running claim
+// stayed retained: restarted, dev-b found its own claim and ran the task.)
+func TestClaimDefendedAfterDone(t *testing.T) {
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	a, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		DefendFor: time.Hour, Log: zerolog.New(zerolog.NewTestWriter(t))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.Close)
+	const id = "t-quick"
+	topic := ClaimTopic("openstarry", id)
+	if owner, mine, err := a.Claim(context.Background(), id); err != nil || !mine || owner != "dev-a" {
+		t.Fatalf("dev-a: %s %v %v", owner, mine, err)
+	}
+	a.Done(id)
+	col := mqtttest.Collect(t, m.URL(), "watch", true, topic)
+	late, _ := json.Marshal(Claim{TaskID: id, Device: "dev-b", Agent: "master", State: ClaimRunning,
+		Expires: time.Now().Add(time.Hour).UTC(), Nonce: "0123456789abcdef"})
+	if pub := col.Client.Publish(topic, 1, true, late); !pub.WaitTimeout(10*time.Second) || pub.Error() != nil {
+		t.Fatalf("dev-b's claim: %v", pub.Error())
+	}
+	wait.For(t, 20*time.Second, "dev-a's claim put back over dev-b's", func() bool { return a.Restores() == 1 })
+	a.Close()
+	look := mqtttest.Collect(t, m.URL(), "look", true, topic)
+	var last Claim
+	wait.For(t, 20*time.Second, "dev-a's done claim retained", func() bool {
+		ms := look.Messages(topic)
+		return len(ms) > 0 && json.Unmarshal(ms[len(ms)-1].Payload, &last) == nil && last.Device == "dev-a" && last.State == ClaimDone
+	})
+}
+
+// FuzzDecodeClaim: whatever a claim topic carries, decodeClaim does not
+// panic, and a claim it accepts names the topic's task and a device, and
+// holds no longer than its state's TTL.
+func FuzzDecodeClaim(f *testing.F) {
+	f.Add("t-1", []byte(`{"task_id":"t-1","device":"d","agent":"master","state":"running","expires":"2099-01-01T00:00:00Z","nonce":"x"}`))
+	f.Add("t-1", []byte(`{"task_id":"t-1","device":"d","state":"done","expires":"2000-01-01T00:00:00Z","restore":true}`))
+	f.Add("t-2", []byte(`{"task_id":"t-1","device":"d"}`))
+	f.Add("t-1", []byte(`{"task_id":"t-1","device":""}`))
+	f.Add("t-1", []byte(`{"expires":"not a time"}`))
+	f.Add("", []byte(`null`))
+	f.Fuzz(func(t *testing.T, taskID string, payload []byte) {
+		now := time.Now()
+		cl, ok := decodeClaim(taskID, payload, now, time.Hour, 24*time.Hour)
+		if !ok {
+			return
+		}
+		if cl.TaskID != taskID || cl.Device == "" {
+			t.Fatalf("accepted %+v for task %q", cl, taskID)
+		}
+		if cl.Expires.After(now.Add(24 * time.Hour)) {
+			t.Fatalf("holds until %v, beyond the TTL", cl.Expires)
+		}
+	})
+}
