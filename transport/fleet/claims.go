@@ -357,7 +357,9 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		return // decided already: a late message of an unsubscribed topic
 	}
 	if len(m.Payload()) == 0 {
-		if d == nil {
+		if d != nil {
+			c.defendAgainst(taskID, d, Claim{}, time.Now()) // cleared under it
+		} else {
 			delete(c.seen, taskID)
 		}
 		return
@@ -471,8 +473,8 @@ const maxRestores = 4
 // done at once (its defence ends early).
 const MaxGuarded = 10_000
 
-// defendAgainst answers a claim of another claimant that came over the one
-// this agent holds: the two were made within a round trip of each other,
+// defendAgainst answers a claim of another claimant (or a clearing: cl
+// has no device) that came over the one this agent holds: the two were made within a round trip of each other,
 // this agent's came first (it won), the other came second and, retained
 // being the last one written, is what the hub keeps now. Its claimant puts
 // this agent's claim back once its own came back to it; killed before,
@@ -489,7 +491,11 @@ func (c *Claims) defendAgainst(taskID string, d *defence, cl Claim, now time.Tim
 	restore.Restore = true
 	b, _ := json.Marshal(restore)
 	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
-	c.cfg.Log.Info().Str("task", taskID).Str("over", cl.Device+"/"+cl.Agent).Bool("restore", cl.Restore).
+	over := cl.Device + "/" + cl.Agent
+	if cl.Device == "" {
+		over = "(cleared)"
+	}
+	c.cfg.Log.Info().Str("task", taskID).Str("over", over).Bool("restore", cl.Restore).
 		Msg("fleet: another claim came over this agent's claim of a task it holds: put back")
 }
 
@@ -811,7 +817,8 @@ func (c *Claims) clearEarly(early []string) {
 }
 
 // finishAll publishes at once the done claims that wait for the end of
-// their defence (Close: the agent stops).
+// their defence (Close: the agent stops), and waits up to 2 s for the hub
+// to acknowledge them.
 func (c *Claims) finishAll() {
 	c.mu.Lock()
 	var pubs [][2]string
@@ -829,10 +836,19 @@ func (c *Claims) finishAll() {
 		pubs = append(pubs, [2]string{id, string(b)})
 	}
 	c.mu.Unlock()
+	var toks []paho.Token
 	for _, p := range pubs {
-		c.client.Publish(ClaimTopic(c.cfg.Prefix, p[0]), 1, true, []byte(p[1]))
+		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p[0]), 1, true, []byte(p[1])))
 	}
 	c.clearEarly(early)
+	// Sent before the DISCONNECT, which paho sends ahead of the
+	// publications it has queued.
+	deadline := time.Now().Add(2 * time.Second)
+	for _, tok := range toks {
+		if !tok.WaitTimeout(time.Until(deadline)) {
+			break
+		}
+	}
 }
 
 // kick wakes subscriptions.
