@@ -94,6 +94,14 @@ type ClaimsConfig struct {
 // publishes the winner's claim again (Restore), since its own overwrote the
 // retained copy, drops the task and names the owner. Then it unsubscribes.
 //
+// The winner keeps the topic subscribed while it holds the task, and for
+// DefendFor after it won it: a claim of another that comes over its own (a
+// loser killed before it restored the winner's claim leaves its own
+// retained) is answered with the winner's claim again (defendAgainst). A
+// device that finds a running claim of its own it did not make in this run
+// (made before a restart: won, or lost?) claims again and takes the task
+// only when no holder answers within Grace (awaitGrace).
+//
 // So a fleet task costs the same few messages whatever the size of the
 // fleet (only the device that got it, and the hub, take part: the claim,
 // its echo, the done claim, its clearing), and a device keeps only the
@@ -102,7 +110,9 @@ type ClaimsConfig struct {
 //
 // What remains (docs/fleet.md): a broker that does not keep one order
 // per topic for all subscribers (a cluster of brokers), a claim that
-// expired, and the retained claims lost by the broker.
+// expired, the retained claims lost by the broker, and a race whose winner
+// and loser are both killed within a round trip, or whose losing claim or
+// the winner's answer takes longer than DefendFor or Grace.
 type Claims struct {
 	cfg    ClaimsConfig
 	client paho.Client
