@@ -141,11 +141,10 @@ type Claims struct {
 	// task is queued or runs and for DefendFor after it was won: its topic
 	// stays subscribed, and a claim of another claimant that comes over it
 	// (retained is the last one written) is answered with this agent's
-	// claim again (defendAgainst). guarded counts those whose Done came
-	// and whose done claim waits for the end of DefendFor.
+	// claim again (defendAgainst).
 	defend   map[string]*defence
-	guarded  int
-	restores uint64 // claims this agent put back over another's
+	guardQ   []string // tasks done whose done claims wait for the end of their defence (guards)
+	restores uint64   // claims this agent put back over another's
 	// probing: task id → the claim made over a claim of this agent's that
 	// it did not make in this run, waiting out Grace for the holder's
 	// answer (awaitGrace); a claim of another restored over it comes here.
@@ -314,12 +313,13 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	c.stop = cancel
 	go c.sweep(ctx)
 	go c.subscriptions(ctx)
+	go c.guards(ctx)
 	return c, nil
 }
 
 // Close disconnects.
 func (c *Claims) Close() {
-	c.finishAll()
+	c.finishDue(true)
 	c.stop()
 	c.client.Disconnect(250)
 }
@@ -732,7 +732,8 @@ func (c *Claims) awaitGrace(ctx context.Context, taskID string, mine Claim, answ
 
 // Done marks the claim of a task this device ran as done, for DoneTTL,
 // and remembers to clear it then. A claim won less than DefendFor ago is
-// defended until then, and becomes done only then (in the background).
+// defended until then, and becomes done only then (guards, in the
+// background, with the others due then).
 func (c *Claims) Done(taskID string) {
 	c.mu.Lock()
 	if d := c.defend[taskID]; d != nil {
@@ -741,63 +742,150 @@ func (c *Claims) Done(taskID string) {
 			return // told before
 		}
 		d.done = true
-		if wait := time.Until(d.until); wait > 0 && c.guarded < MaxGuarded {
-			c.guarded++
+		if time.Now().Before(d.until) && len(c.guardQ) < MaxGuarded {
+			c.guardQ = append(c.guardQ, taskID)
 			c.mu.Unlock()
-			time.AfterFunc(wait, func() { c.finish(taskID, true) })
 			return
 		}
 	}
 	c.mu.Unlock()
-	c.finish(taskID, false)
+	c.finish(taskID)
 }
 
-// finish ends the defence of a claim this agent holds and publishes it
-// done; guarded says Done's timer calls it.
-func (c *Claims) finish(taskID string, guarded bool) {
+// finish ends the defence of a claim this agent holds, if any, and
+// publishes it done.
+func (c *Claims) finish(taskID string) {
 	c.mu.Lock()
-	d := c.defend[taskID]
-	if guarded {
-		c.guarded--
-	}
-	if guarded && (d == nil || !d.done) {
-		c.mu.Unlock()
-		return // finished already (Close)
-	}
-	cl, ok := c.seen[taskID]
-	if d != nil {
-		cl, ok = d.claim, true
-		delete(c.defend, taskID)
-	}
-	if !ok || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent {
+	var (
+		b     []byte
+		early []string
+	)
+	if d := c.defend[taskID]; d != nil {
+		b, early = c.takeDone(taskID, d)
+	} else if cl, ok := c.seen[taskID]; ok && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
+		b, early = c.takeDone(taskID, &defence{claim: cl})
+	} else {
 		c.mu.Unlock()
 		return
 	}
-	delete(c.seen, taskID)
-	cl.State, cl.Expires, cl.Restore = ClaimDone, time.Now().Add(c.cfg.DoneTTL).UTC(), false
-	early := c.keepDone(taskID, cl.Expires)
-	topic := ClaimTopic(c.cfg.Prefix, taskID)
-	if d != nil && c.deciding[taskID] == 0 {
-		c.unsubQ[topic] = true // the defence's subscription
-	}
-	var flushed chan struct{}
-	if c.unsubQ[topic] {
-		// Its subscription is not ended yet: end it first, so that the
-		// hub does not send this device its own done claim.
-		flushed = make(chan struct{})
-		c.flushWait = append(c.flushWait, flushed)
-	}
+	flushed := c.unsubscribeFirst()
 	c.mu.Unlock()
-	if flushed != nil {
-		c.kick()
+	c.waitFlushed(flushed)
+	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	c.clearEarly(early)
+}
+
+// takeDone ends what this agent keeps of a claim it holds, queues the
+// end of its subscription, and returns its done claim (c.mu held).
+func (c *Claims) takeDone(taskID string, d *defence) (payload []byte, early []string) {
+	delete(c.defend, taskID)
+	delete(c.seen, taskID)
+	cl := d.claim
+	cl.State, cl.Expires, cl.Restore = ClaimDone, time.Now().Add(c.cfg.DoneTTL).UTC(), false
+	early = c.keepDone(taskID, cl.Expires)
+	if c.deciding[taskID] == 0 {
+		c.unsubQ[ClaimTopic(c.cfg.Prefix, taskID)] = true
+	}
+	payload, _ = json.Marshal(cl)
+	return payload, early
+}
+
+// unsubscribeFirst asks subscriptions to send the queued unsubscriptions
+// now, when there are any, so that the hub does not send this device its
+// own done claims; waitFlushed waits for it (c.mu held).
+func (c *Claims) unsubscribeFirst() chan struct{} {
+	if len(c.unsubQ) == 0 {
+		return nil
+	}
+	flushed := make(chan struct{})
+	c.flushWait = append(c.flushWait, flushed)
+	return flushed
+}
+
+// waitFlushed waits, up to 5 s, for what unsubscribeFirst asked.
+func (c *Claims) waitFlushed(flushed chan struct{}) {
+	if flushed == nil {
+		return
+	}
+	c.kick()
+	select {
+	case <-flushed:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// guardTick is how often guards looks for done claims due.
+const guardTick = 250 * time.Millisecond
+
+// guards publishes the done claims of the tasks done whose defence ended
+// (DefendFor after their claims were won), those due together: one
+// UNSUBSCRIBE, then their done claims.
+func (c *Claims) guards(ctx context.Context) {
+	t := time.NewTicker(guardTick)
+	defer t.Stop()
+	for {
 		select {
-		case <-flushed:
-		case <-time.After(5 * time.Second):
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.finishDue(false)
+	}
+}
+
+// finishDue publishes the done claims of guardQ that are due (all of them,
+// at once and without unsubscribing first: Close).
+func (c *Claims) finishDue(all bool) {
+	now := time.Now()
+	type done struct {
+		taskID  string
+		payload []byte
+	}
+	var (
+		pubs  []done
+		early []string
+	)
+	c.mu.Lock()
+	if len(c.guardQ) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	rest := c.guardQ[:0]
+	for _, id := range c.guardQ {
+		d := c.defend[id]
+		switch {
+		case d == nil || !d.done:
+			// Ended otherwise.
+		case all || !now.Before(d.until):
+			b, e := c.takeDone(id, d)
+			pubs, early = append(pubs, done{id, b}), append(early, e...)
+		default:
+			rest = append(rest, id)
 		}
 	}
-	b, _ := json.Marshal(cl)
-	c.client.Publish(topic, 1, true, b)
+	clear(c.guardQ[len(rest):])
+	c.guardQ = rest
+	var flushed chan struct{}
+	if !all && len(pubs) > 0 {
+		flushed = c.unsubscribeFirst()
+	}
+	c.mu.Unlock()
+	c.waitFlushed(flushed)
+	toks := make([]paho.Token, 0, len(pubs))
+	for _, p := range pubs {
+		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p.taskID), 1, true, p.payload))
+	}
 	c.clearEarly(early)
+	if all {
+		// Sent before the DISCONNECT, which paho sends ahead of the
+		// publications it has queued.
+		deadline := time.Now().Add(2 * time.Second)
+		for _, tok := range toks {
+			if !tok.WaitTimeout(time.Until(deadline)) {
+				break
+			}
+		}
+	}
 }
 
 // keepDone remembers to clear the done claim of taskID at expires; it
@@ -822,41 +910,6 @@ func (c *Claims) clearEarly(early []string) {
 			Msg("fleet: too many done claims to remember; the oldest are cleared before their time")
 		for _, id := range early {
 			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
-		}
-	}
-}
-
-// finishAll publishes at once the done claims that wait for the end of
-// their defence (Close: the agent stops), and waits up to 2 s for the hub
-// to acknowledge them.
-func (c *Claims) finishAll() {
-	c.mu.Lock()
-	var pubs [][2]string
-	var early []string
-	for id, d := range c.defend {
-		if !d.done {
-			continue
-		}
-		delete(c.defend, id)
-		delete(c.seen, id)
-		cl := d.claim
-		cl.State, cl.Expires, cl.Restore = ClaimDone, time.Now().Add(c.cfg.DoneTTL).UTC(), false
-		early = append(early, c.keepDone(id, cl.Expires)...)
-		b, _ := json.Marshal(cl)
-		pubs = append(pubs, [2]string{id, string(b)})
-	}
-	c.mu.Unlock()
-	var toks []paho.Token
-	for _, p := range pubs {
-		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p[0]), 1, true, []byte(p[1])))
-	}
-	c.clearEarly(early)
-	// Sent before the DISCONNECT, which paho sends ahead of the
-	// publications it has queued.
-	deadline := time.Now().Add(2 * time.Second)
-	for _, tok := range toks {
-		if !tok.WaitTimeout(time.Until(deadline)) {
-			break
 		}
 	}
 }

@@ -303,7 +303,7 @@ func claimRaceLoserKilled(t *testing.T, url string, decided, restored bool) {
 	select {
 	case r := <-rb2:
 		if r.err != nil || r.mine || r.owner != "dev-a" {
-			t.Fatalf("dev-b restarted, a copy of dev-a's task: %+v, want dev-a's (dev-b ran the task a second time)", r)
+			t.Fatalf("dev-b restarted, a copy of dev-a's task: owner %q, mine %v, %v; want dev-a's (dev-b ran the task a second time)", r.owner, r.mine, r.err)
 		}
 	case <-time.After(60 * time.Second):
 		t.Fatal("dev-b restarted: no decision in 60s")
