@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -145,6 +146,25 @@ type Server struct {
 	Log          *slog.Logger         // minimal no-alloc logger
 	hooks        *Hooks               // hooks contains hooks for extra functionality such as auth and persistent storage
 	inlineClient *Client              // inlineClient is a special client used for inline subscriptions and inline Publish
+	// OPENSTARRY: a message is handed to the subscribers of its topic under
+	// the lock of the topic's stripe, so that every subscriber of a topic
+	// receives its messages in one order (OPENSTARRY.md, item 5).
+	topicLocks [64]sync.Mutex
+}
+
+// publishInOrder is publishToSubscribers under the lock of the stripe of
+// pk's topic (OPENSTARRY.md, item 5): upstream handed a message to the
+// subscribers one after another with nothing to keep another publisher's
+// message to the same topic from reaching some of them first.
+func (s *Server) publishInOrder(pk packets.Packet) {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(pk.TopicName); i++ {
+		h = (h ^ uint32(pk.TopicName[i])) * 16777619
+	}
+	mu := &s.topicLocks[h%uint32(len(s.topicLocks))]
+	mu.Lock()
+	defer mu.Unlock()
+	s.publishToSubscribers(pk)
 }
 
 // loop contains interval tickers for the system events loop.
@@ -951,7 +971,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 	// When it publishes a package with a qos > 0, the server treats
 	// the package as qos=0, and the client receives it as qos=1 or 2.
 	if pk.FixedHeader.Qos == 0 || cl.Net.Inline {
-		s.publishToSubscribers(pk)
+		s.publishInOrder(pk) // OPENSTARRY: item 5
 		s.hooks.OnPublished(cl, pk)
 		return nil
 	}
@@ -980,7 +1000,7 @@ func (s *Server) processPublish(cl *Client, pk packets.Packet) error {
 		s.hooks.OnQosComplete(cl, ack)
 	}
 
-	s.publishToSubscribers(pk)
+	s.publishInOrder(pk) // OPENSTARRY: item 5
 	s.hooks.OnPublished(cl, pk)
 
 	return nil
@@ -1564,7 +1584,7 @@ func (s *Server) sendLWT(cl *Client) {
 		s.retainMessage(cl, pk)
 	}
 
-	s.publishToSubscribers(pk)                      // [MQTT-3.1.2-8]
+	s.publishInOrder(pk)                            // [MQTT-3.1.2-8] OPENSTARRY: item 5
 	atomic.StoreUint32(&cl.Properties.Will.Flag, 0) // [MQTT-3.1.2-10]
 	s.hooks.OnWillSent(cl, pk)
 }

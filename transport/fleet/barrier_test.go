@@ -145,7 +145,7 @@ func TestClaimWaitsForRetained(t *testing.T) {
 func claimWaitsForRetained(t *testing.T, url string) {
 	start := func(dev, broker string) *Claims {
 		c, err := StartClaims(ClaimsConfig{Broker: broker, Prefix: "openstarry", Device: dev, Agent: "master",
-			Log: zerolog.New(zerolog.NewTestWriter(t))})
+			DefendFor: time.Millisecond, Log: zerolog.New(zerolog.NewTestWriter(t))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,6 +50,8 @@ type Claim struct {
 const (
 	DefaultClaimRunTTL  = time.Hour
 	DefaultClaimDoneTTL = 24 * time.Hour
+	DefaultDefendFor    = 10 * time.Second
+	DefaultClaimGrace   = 10 * time.Second
 )
 
 // ClaimsConfig configures Claims.
@@ -69,7 +71,16 @@ type ClaimsConfig struct {
 	// keeps other devices from running it again; then it is cleared.
 	// Default 24h.
 	DoneTTL time.Duration
-	Log     zerolog.Logger
+	// DefendFor is how long, at least, this agent defends a claim it won
+	// (below, Claims): while its task is queued or runs, and until
+	// DefendFor after it won the claim, done or not; its done claim goes
+	// then. Default DefaultDefendFor.
+	DefendFor time.Duration
+	// Grace is how long a claim made over a claim of this agent that it
+	// did not make in this run waits for the holder to put its own back
+	// before it is taken as won. Default DefaultClaimGrace.
+	Grace time.Duration
+	Log   zerolog.Logger
 }
 
 // Claims makes a fleet task run on one device only. Before a fleet task
@@ -83,6 +94,14 @@ type ClaimsConfig struct {
 // publishes the winner's claim again (Restore), since its own overwrote the
 // retained copy, drops the task and names the owner. Then it unsubscribes.
 //
+// The winner keeps the topic subscribed while it holds the task, and for
+// DefendFor after it won it: a claim of another that comes over its own (a
+// loser killed before it restored the winner's claim leaves its own
+// retained) is answered with the winner's claim again (defendAgainst). A
+// device that finds a running claim of its own it did not make in this run
+// (made before a restart: won, or lost?) claims again and takes the task
+// only when no holder answers within Grace (awaitGrace).
+//
 // So a fleet task costs the same few messages whatever the size of the
 // fleet (only the device that got it, and the hub, take part: the claim,
 // its echo, the done claim, its clearing), and a device keeps only the
@@ -91,7 +110,9 @@ type ClaimsConfig struct {
 //
 // What remains (docs/fleet.md): a broker that does not keep one order
 // per topic for all subscribers (a cluster of brokers), a claim that
-// expired, and the retained claims lost by the broker.
+// expired, the retained claims lost by the broker, and a race whose winner
+// and loser are both killed within a round trip, or whose losing claim or
+// the winner's answer takes longer than DefendFor or Grace.
 type Claims struct {
 	cfg    ClaimsConfig
 	client paho.Client
@@ -115,6 +136,19 @@ type Claims struct {
 	// this agent's.
 	lost      map[string]Claim
 	lostOrder []string
+
+	// defend: task id → the claim this agent won and holds, while its
+	// task is queued or runs and for DefendFor after it was won: its topic
+	// stays subscribed, and a claim of another claimant that comes over it
+	// (retained is the last one written) is answered with this agent's
+	// claim again (defendAgainst).
+	defend   map[string]*defence
+	guardQ   []string // tasks done whose done claims wait for the end of their defence (guards)
+	restores uint64   // claims this agent put back over another's
+	// probing: task id → the claim made over a claim of this agent's that
+	// it did not make in this run, waiting out Grace for the holder's
+	// answer (awaitGrace); a claim of another restored over it comes here.
+	probing map[string]chan Claim
 
 	// The subscriptions to claim topics are made and ended in batches by
 	// one goroutine (subscriptions): one SUBSCRIBE packet for every claim
@@ -223,6 +257,12 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	if cfg.DoneTTL <= 0 {
 		cfg.DoneTTL = DefaultClaimDoneTTL
 	}
+	if cfg.DefendFor <= 0 {
+		cfg.DefendFor = DefaultDefendFor
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = DefaultClaimGrace
+	}
 	u, secure, err := mqtt.ParseBrokerURL(cfg.Broker)
 	if err != nil {
 		return nil, err
@@ -230,7 +270,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	clientID := ClaimsClientID(cfg.Device, cfg.Agent)
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
 		pending: map[string]chan claimWait{}, lost: map[string]Claim{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
-		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}}
+		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}, defend: map[string]*defence{}, probing: map[string]chan Claim{}}
 	c.barrierTopic = BarrierTopic(cfg.Prefix, cfg.Device, clientID)
 	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(clientID).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
@@ -273,11 +313,13 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	c.stop = cancel
 	go c.sweep(ctx)
 	go c.subscriptions(ctx)
+	go c.guards(ctx)
 	return c, nil
 }
 
 // Close disconnects.
 func (c *Claims) Close() {
+	c.finishDue(true)
 	c.stop()
 	c.client.Disconnect(250)
 }
@@ -320,28 +362,60 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 	}
 	taskID := m.Topic()[strings.LastIndexByte(m.Topic(), '/')+1:]
 	c.received++
-	if c.deciding[taskID] == 0 {
+	d := c.defend[taskID]
+	if c.deciding[taskID] == 0 && d == nil {
 		return // decided already: a late message of an unsubscribed topic
 	}
 	if len(m.Payload()) == 0 {
-		delete(c.seen, taskID)
-		return
-	}
-	var cl Claim
-	if json.Unmarshal(m.Payload(), &cl) != nil || cl.TaskID != taskID || cl.Device == "" {
+		if d != nil {
+			c.defendAgainst(taskID, d, Claim{}, time.Now()) // cleared under it
+		} else {
+			delete(c.seen, taskID)
+		}
 		return
 	}
 	now := time.Now()
-	// A claim holds at most its state's TTL from when this device sees it,
-	// whatever its expires says: a device user's claim that expires in
-	// 2099 would otherwise stop the task for good.
-	ttl := c.cfg.RunTTL
+	cl, ok := decodeClaim(taskID, m.Payload(), now, c.cfg.RunTTL, c.cfg.DoneTTL)
+	if !ok {
+		return
+	}
+	if d != nil {
+		c.defendAgainst(taskID, d, cl, now)
+	}
+	if c.deciding[taskID] == 0 {
+		return
+	}
+	if ch := c.probing[taskID]; ch != nil && cl.Restore && !sameOwner(cl, Claim{Device: c.cfg.Device, Agent: c.cfg.Agent}) {
+		select {
+		case ch <- cl: // the holder answered the claim awaitGrace waits on
+		default:
+		}
+	}
+	c.decide(taskID, cl, m.Retained(), now)
+}
+
+// decodeClaim decodes the claim retained or published on the claim topic
+// of taskID; ok is false for anything else (not JSON, another task's, no
+// device). Its expires is capped to the state's TTL from now (capped set):
+// a device user's claim that expires in 2099 would otherwise stop the task
+// for good.
+func decodeClaim(taskID string, payload []byte, now time.Time, runTTL, doneTTL time.Duration) (cl Claim, ok bool) {
+	if json.Unmarshal(payload, &cl) != nil || cl.TaskID != taskID || cl.Device == "" {
+		return Claim{}, false
+	}
+	ttl := runTTL
 	if cl.State == ClaimDone {
-		ttl = c.cfg.DoneTTL
+		ttl = doneTTL
 	}
 	if limit := now.Add(ttl); cl.Expires.After(limit) {
 		cl.Expires, cl.capped = limit, true
 	}
+	return cl, true
+}
+
+// decide keeps the claim that holds for a task being decided, and answers
+// the Claim call whose claim came back (c.mu held).
+func (c *Claims) decide(taskID string, cl Claim, retained bool, now time.Time) {
 	prev, had := c.seen[taskID]
 	holds := had && !sameOwner(prev, cl) && now.Before(prev.Expires)
 	if ch, mine := c.pending[cl.Nonce]; mine && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
@@ -378,12 +452,69 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 			return
 		}
 		c.seen[taskID] = cl
+		if c.probing[taskID] == nil {
+			// Won: defended from now on, before any later claim of
+			// another is handled (it is the next message, in a race).
+			c.defend[taskID] = &defence{claim: cl, until: now.Add(c.cfg.DefendFor)}
+		}
 		ch <- claimWait{won: true, owner: cl.Device}
 		return
 	}
-	if m.Retained() || cl.Restore || !holds {
+	if retained || cl.Restore || !holds {
 		c.seen[taskID] = cl
 	}
+}
+
+// defence is a claim this agent won and holds.
+type defence struct {
+	claim    Claim
+	until    time.Time // defended at least until then, done or not
+	done     bool      // Done was called: the done claim goes at until
+	restored int       // times this agent put it back
+}
+
+// maxRestores bounds the times an agent puts back one claim it holds: two
+// agents that both hold a task (a claim taken for expired by one of them,
+// a cluster of brokers) answer each other a few times, not forever.
+const maxRestores = 4
+
+// MaxGuarded bounds the done tasks whose claims are defended until
+// DefendFor after they were won; beyond it, a done task's claim becomes
+// done at once (its defence ends early).
+const MaxGuarded = 10_000
+
+// defendAgainst answers a claim of another claimant (or a clearing: cl
+// has no device) that came over the one this agent holds: the two were made within a round trip of each other,
+// this agent's came first (it won), the other came second and, retained
+// being the last one written, is what the hub keeps now. Its claimant puts
+// this agent's claim back once its own came back to it; killed before,
+// it never does, and when it came back a copy of the task still in its
+// session found its own claim and ran the task a second time. So the
+// holder puts its claim back itself, marked restore (c.mu held).
+func (c *Claims) defendAgainst(taskID string, d *defence, cl Claim, now time.Time) {
+	if sameOwner(d.claim, cl) || d.restored >= maxRestores || !now.Before(d.claim.Expires) {
+		return
+	}
+	d.restored++
+	c.restores++
+	restore := d.claim
+	restore.Restore = true
+	b, _ := json.Marshal(restore)
+	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	over := cl.Device + "/" + cl.Agent
+	if cl.Device == "" {
+		over = "(cleared)"
+	}
+	c.cfg.Log.Info().Str("task", taskID).Str("over", over).Bool("restore", cl.Restore).
+		Msg("fleet: another claim came over this agent's claim of a task it holds: put back")
+}
+
+// Restores returns how many times this agent put back a claim it holds
+// over another's.
+func (c *Claims) Restores() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.restores
 }
 
 // remember records that this agent lost taskID to holder (c.mu held).
@@ -425,7 +556,7 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil
 	}
-	if prev, ok := c.seen[taskID]; ok && prev.Device == c.cfg.Device && prev.Agent == c.cfg.Agent && time.Now().Before(prev.Expires) {
+	if c.holds(taskID) {
 		c.mu.Unlock()
 		return c.cfg.Device, true, nil // claimed before (a redelivery)
 	}
@@ -446,6 +577,12 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Lock()
 		if c.deciding[taskID]--; c.deciding[taskID] <= 0 {
 			delete(c.deciding, taskID)
+			if c.defend[taskID] != nil {
+				// Held: its topic stays subscribed, to defend the claim
+				// (Done ends it).
+				c.mu.Unlock()
+				return
+			}
 			if cl, ok := c.seen[taskID]; ok && (!mine || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent) {
 				delete(c.seen, taskID) // not ours: nothing to remember
 			}
@@ -480,6 +617,11 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 	// topic before the subscription is in c.seen. A claim of another
 	// claimant that holds wins, and no claim is published over it.
 	c.mu.Lock()
+	if c.holds(taskID) {
+		// Won meanwhile by another call of this agent (another copy).
+		c.mu.Unlock()
+		return c.cfg.Device, true, nil
+	}
 	if prev, ok := c.seen[taskID]; ok && !sameOwner(prev, Claim{Device: c.cfg.Device, Agent: c.cfg.Agent}) && time.Now().Before(prev.Expires) {
 		c.remember(taskID, prev)
 		c.mu.Unlock()
@@ -492,6 +634,18 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 			c.client.Publish(topic, 1, true, b)
 		}
 		return prev.Device, false, nil
+	}
+	var probe chan Claim
+	if c.unknownOwn(taskID) {
+		probe = make(chan Claim, 1)
+		c.probing[taskID] = probe
+		defer func() {
+			c.mu.Lock()
+			if c.probing[taskID] == probe {
+				delete(c.probing, taskID)
+			}
+			c.mu.Unlock()
+		}()
 	}
 	c.mu.Unlock()
 	nb := make([]byte, 8)
@@ -513,24 +667,231 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 	}
 	select {
 	case w := <-ch:
+		if w.won && probe != nil {
+			return c.awaitGrace(ctx, taskID, cl, probe)
+		}
 		return w.owner, w.won, nil
 	case <-ctx.Done():
 		return "", false, fmt.Errorf("%w: the broker did not send the claim back", ErrNoClaim)
 	}
 }
 
+// holds reports whether this agent holds taskID: it won its claim in this
+// run, and the claim has not expired (c.mu held).
+// (What c.seen keeps may be a claim of this agent's that it did not make
+// in this run: retained, seen by a Claim call.)
+func (c *Claims) holds(taskID string) bool {
+	d := c.defend[taskID]
+	return d != nil && time.Now().Before(d.claim.Expires)
+}
+
+// unknownOwn reports whether what the hub retained for taskID is a running
+// claim of this agent's that it does not hold: one it made before a
+// restart (or in a Claim call that gave up). It cannot tell "I won, and
+// died before the task was durable" from "I lost, and died before I put
+// the winner's claim back" (or a third device put this one back since):
+// a claim made over it waits out the Grace for the holder's answer
+// (awaitGrace). (c.mu held.)
+func (c *Claims) unknownOwn(taskID string) bool {
+	prev, ok := c.seen[taskID]
+	return ok && sameOwner(prev, Claim{Device: c.cfg.Device, Agent: c.cfg.Agent}) && prev.State == ClaimRunning &&
+		time.Now().Before(prev.Expires)
+}
+
+// awaitGrace decides a claim this agent made over a running claim of its
+// own that it did not make in this run, and which came back first: an
+// agent that holds the task defends its claim (defendAgainst), so its
+// claim comes back over this one within a round trip; the task is this
+// agent's only when none came within Grace. (The agent's own record of
+// the task is not asked: a task it had made durable is not run again, it
+// is answered from its stored result.)
+func (c *Claims) awaitGrace(ctx context.Context, taskID string, mine Claim, answer <-chan Claim) (string, bool, error) {
+	t := time.NewTimer(c.cfg.Grace)
+	defer t.Stop()
+	select {
+	case holder := <-answer:
+		c.mu.Lock()
+		c.remember(taskID, holder)
+		c.mu.Unlock()
+		return holder.Device, false, nil
+	case <-t.C:
+	case <-ctx.Done():
+		return "", false, fmt.Errorf("%w: waiting for the holder of a claim of this agent's made before: %v", ErrNoClaim, ctx.Err())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	if cl, ok := c.seen[taskID]; ok && !sameOwner(cl, mine) && now.Before(cl.Expires) {
+		c.remember(taskID, cl)
+		return cl.Device, false, nil
+	}
+	c.seen[taskID] = mine
+	c.defend[taskID] = &defence{claim: mine, until: now.Add(c.cfg.DefendFor)}
+	return c.cfg.Device, true, nil
+}
+
 // Done marks the claim of a task this device ran as done, for DoneTTL,
-// and remembers to clear it then.
+// and remembers to clear it then. A claim won less than DefendFor ago is
+// defended until then, and becomes done only then (guards, in the
+// background, with the others due then).
 func (c *Claims) Done(taskID string) {
 	c.mu.Lock()
-	cl, ok := c.seen[taskID]
-	if !ok || cl.Device != c.cfg.Device || cl.Agent != c.cfg.Agent {
+	if d := c.defend[taskID]; d != nil {
+		if d.done {
+			c.mu.Unlock()
+			return // told before
+		}
+		d.done = true
+		if time.Now().Before(d.until) && len(c.guardQ) < MaxGuarded {
+			c.guardQ = append(c.guardQ, taskID)
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.mu.Unlock()
+	c.finish(taskID)
+}
+
+// finish ends the defence of a claim this agent holds, if any, and
+// publishes it done.
+func (c *Claims) finish(taskID string) {
+	c.mu.Lock()
+	var (
+		b     []byte
+		early []string
+	)
+	if d := c.defend[taskID]; d != nil {
+		b, early = c.takeDone(taskID, d)
+	} else if cl, ok := c.seen[taskID]; ok && cl.Device == c.cfg.Device && cl.Agent == c.cfg.Agent {
+		b, early = c.takeDone(taskID, &defence{claim: cl})
+	} else {
 		c.mu.Unlock()
 		return
 	}
+	flushed := c.unsubscribeFirst()
+	c.mu.Unlock()
+	c.waitFlushed(flushed)
+	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	c.clearEarly(early)
+}
+
+// takeDone ends what this agent keeps of a claim it holds, queues the
+// end of its subscription, and returns its done claim (c.mu held).
+func (c *Claims) takeDone(taskID string, d *defence) (payload []byte, early []string) {
+	delete(c.defend, taskID)
 	delete(c.seen, taskID)
+	cl := d.claim
 	cl.State, cl.Expires, cl.Restore = ClaimDone, time.Now().Add(c.cfg.DoneTTL).UTC(), false
-	var early []string
+	early = c.keepDone(taskID, cl.Expires)
+	if c.deciding[taskID] == 0 {
+		c.unsubQ[ClaimTopic(c.cfg.Prefix, taskID)] = true
+	}
+	payload, _ = json.Marshal(cl)
+	return payload, early
+}
+
+// unsubscribeFirst asks subscriptions to send the queued unsubscriptions
+// now, when there are any, so that the hub does not send this device its
+// own done claims; waitFlushed waits for it (c.mu held).
+func (c *Claims) unsubscribeFirst() chan struct{} {
+	if len(c.unsubQ) == 0 {
+		return nil
+	}
+	flushed := make(chan struct{})
+	c.flushWait = append(c.flushWait, flushed)
+	return flushed
+}
+
+// waitFlushed waits, up to 5 s, for what unsubscribeFirst asked.
+func (c *Claims) waitFlushed(flushed chan struct{}) {
+	if flushed == nil {
+		return
+	}
+	c.kick()
+	select {
+	case <-flushed:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// guardTick is how often guards looks for done claims due.
+const guardTick = 250 * time.Millisecond
+
+// guards publishes the done claims of the tasks done whose defence ended
+// (DefendFor after their claims were won), those due together: one
+// UNSUBSCRIBE, then their done claims.
+func (c *Claims) guards(ctx context.Context) {
+	t := time.NewTicker(guardTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.finishDue(false)
+	}
+}
+
+// finishDue publishes the done claims of guardQ that are due (all of them,
+// at once and without unsubscribing first: Close).
+func (c *Claims) finishDue(all bool) {
+	now := time.Now()
+	type done struct {
+		taskID  string
+		payload []byte
+	}
+	var (
+		pubs  []done
+		early []string
+	)
+	c.mu.Lock()
+	if len(c.guardQ) == 0 {
+		c.mu.Unlock()
+		return
+	}
+	rest := c.guardQ[:0]
+	for _, id := range c.guardQ {
+		d := c.defend[id]
+		switch {
+		case d == nil || !d.done:
+			// Ended otherwise.
+		case all || !now.Before(d.until):
+			b, e := c.takeDone(id, d)
+			pubs, early = append(pubs, done{id, b}), append(early, e...)
+		default:
+			rest = append(rest, id)
+		}
+	}
+	clear(c.guardQ[len(rest):])
+	c.guardQ = rest
+	var flushed chan struct{}
+	if !all && len(pubs) > 0 {
+		flushed = c.unsubscribeFirst()
+	}
+	c.mu.Unlock()
+	c.waitFlushed(flushed)
+	toks := make([]paho.Token, 0, len(pubs))
+	for _, p := range pubs {
+		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p.taskID), 1, true, p.payload))
+	}
+	c.clearEarly(early)
+	if all {
+		// Sent before the DISCONNECT, which paho sends ahead of the
+		// publications it has queued.
+		deadline := time.Now().Add(2 * time.Second)
+		for _, tok := range toks {
+			if !tok.WaitTimeout(time.Until(deadline)) {
+				break
+			}
+		}
+	}
+}
+
+// keepDone remembers to clear the done claim of taskID at expires; it
+// returns the oldest ones to clear at once, beyond MaxDoneClaims (c.mu
+// held).
+func (c *Claims) keepDone(taskID string, expires time.Time) (early []string) {
 	if len(c.clear) >= MaxDoneClaims {
 		n := len(c.clear) - MaxDoneClaims + 1
 		for _, d := range c.clear[:n] {
@@ -538,25 +899,12 @@ func (c *Claims) Done(taskID string) {
 		}
 		c.clear = append(c.clear[:0:0], c.clear[n:]...)
 	}
-	c.clear = append(c.clear, doneClaim{taskID: taskID, expires: cl.Expires})
-	topic := ClaimTopic(c.cfg.Prefix, taskID)
-	var flushed chan struct{}
-	if c.unsubQ[topic] {
-		// Its subscription is not ended yet: end it first, so that the
-		// hub does not send this device its own done claim.
-		flushed = make(chan struct{})
-		c.flushWait = append(c.flushWait, flushed)
-	}
-	c.mu.Unlock()
-	if flushed != nil {
-		c.kick()
-		select {
-		case <-flushed:
-		case <-time.After(5 * time.Second):
-		}
-	}
-	b, _ := json.Marshal(cl)
-	c.client.Publish(topic, 1, true, b)
+	c.clear = append(c.clear, doneClaim{taskID: taskID, expires: expires})
+	return early
+}
+
+// clearEarly clears the done claims keepDone could not keep.
+func (c *Claims) clearEarly(early []string) {
 	if len(early) > 0 {
 		c.cfg.Log.Warn().Int("claims", len(early)).Int("max", MaxDoneClaims).
 			Msg("fleet: too many done claims to remember; the oldest are cleared before their time")
@@ -779,7 +1127,8 @@ func (c *Claims) Batches() (subscribe, unsubscribe uint64) {
 }
 
 // sweep clears, every minute, the retained done claims of this device that
-// expired.
+// expired, and ends the defence of claims that expired before their task
+// was done (a task that ran longer than RunTTL, or whose result never came).
 func (c *Claims) sweep(ctx context.Context) {
 	t := time.NewTicker(time.Minute)
 	defer t.Stop()
@@ -800,9 +1149,31 @@ func (c *Claims) sweep(ctx context.Context) {
 		if n > 0 {
 			c.clear = append(c.clear[:0:0], c.clear[n:]...)
 		}
+		ended := c.endExpiredDefences(now)
 		c.mu.Unlock()
+		if ended {
+			c.kick()
+		}
 		for _, id := range clear {
 			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
 		}
 	}
+}
+
+// endExpiredDefences ends the defence of the claims that expired while
+// their task was not done, and reports whether there were any (c.mu held).
+func (c *Claims) endExpiredDefences(now time.Time) bool {
+	ended := false
+	for id, d := range c.defend {
+		if d.done || now.Before(d.claim.Expires) {
+			continue
+		}
+		delete(c.defend, id)
+		delete(c.seen, id)
+		if c.deciding[id] == 0 {
+			c.unsubQ[ClaimTopic(c.cfg.Prefix, id)] = true
+		}
+		ended = true
+	}
+	return ended
 }
