@@ -125,9 +125,12 @@ func TestModelCrashAfterAnswer(t *testing.T) {
 }
 
 // A streamed answer's token count reaches the MQTT progress topic while
-// the model answers, and the result follows on the results topic.
+// the model answers, and the result follows on the results topic. The
+// server writes a line every 50 ms, as a model does: a report still
+// waiting when the next one comes is replaced by it (docs/mqtt.md), so a
+// stream written all at once may report only its end.
 func TestModelTokensOnProgressTopic(t *testing.T) {
-	srv := llmtest.New(t, llmtest.Answer{File: "../../transport/llm/testdata/stream_text.sse", Stream: true})
+	srv := llmtest.New(t, llmtest.Answer{File: "../../transport/llm/testdata/stream_text.sse", Stream: true, Gap: 50 * time.Millisecond})
 	file := modelTemplate(t, srv, map[string]any{"stream": true})
 	data := t.TempDir()
 	c := runAgentMQTT(t, "m1", data, "--template", file, "--broker-listen", "127.0.0.1:0")

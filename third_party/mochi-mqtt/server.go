@@ -428,7 +428,6 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	defer s.Listeners.ClientsWg.Done()
 	s.Listeners.ClientsWg.Add(1)
 
-	go cl.WriteLoop()
 	defer cl.Stop(nil)
 
 	pk, err := s.readConnectionPacket(cl)
@@ -482,6 +481,11 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	if err != nil {
 		return fmt.Errorf("ack connection packet: %w", err)
 	}
+	// OPENSTARRY: the queued packets are written only once the CONNACK is
+	// (OPENSTARRY.md, item 6): upstream started the write loop before the
+	// CONNECT was read, and a message published to the client's inherited
+	// subscriptions between Clients.Add and the CONNACK went out first.
+	go cl.WriteLoop()
 
 	s.loop.willDelayed.Delete(cl.ID) // [MQTT-3.1.3-9]
 

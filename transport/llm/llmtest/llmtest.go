@@ -29,6 +29,9 @@ type Answer struct {
 	Hang bool
 	// Delay waits before answering.
 	Delay time.Duration
+	// Gap, with Stream, waits this long after each line, at the pace of a
+	// model that writes its tokens one by one.
+	Gap time.Duration
 }
 
 // Request is one request the server received.
@@ -202,6 +205,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		body = body[i:]
 		if f != nil {
 			f.Flush()
+		}
+		if a.Gap > 0 && len(body) > 0 {
+			time.Sleep(a.Gap)
 		}
 	}
 }
