@@ -35,25 +35,32 @@ func pair(t *testing.T) (daemon, agent *Link) {
 	return d, a
 }
 
-// TestLinkPassesSocket: a TCP connection sent with a message arrives as a
-// socket of the other end's own, which carries the client's bytes both
-// ways after the sender closed its own.
-func TestLinkPassesSocket(t *testing.T) {
-	d, a := pair(t)
+// tcpPair is the two ends of one loopback TCP connection; the client's is
+// closed at the end of the test (the server's is the test's to pass on).
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
+	client, err = net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
+	t.Cleanup(func() { client.Close() })
+	if server, err = ln.Accept(); err != nil {
 		t.Fatal(err)
 	}
+	return client, server
+}
+
+// TestLinkPassesSocket: a TCP connection sent with a message arrives as a
+// socket of the other end's own, which carries the client's bytes both
+// ways after the sender closed its own.
+func TestLinkPassesSocket(t *testing.T) {
+	d, a := pair(t)
+	client, server := tcpPair(t)
 	if err := d.Send(Message{Kind: KindConn, ID: 42, Data: []byte("read already")}, server); err != nil {
 		t.Fatal(err)
 	}
@@ -252,20 +259,7 @@ func TestServe(t *testing.T) {
 	if m, _, err := d.Recv(); err != nil || m.Kind != KindReady {
 		t.Fatalf("first message %+v %v, want Ready", m, err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	server, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
+	client, server := tcpPair(t)
 	// The daemon read the head and part of the body; the rest comes from
 	// the client.
 	if err := d.Send(Message{Kind: KindConn, ID: 5, Data: []byte("POST /agents/a/tasks HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer client\r\nContent-Length: 5\r\n\r\nhe")}, server); err != nil {
