@@ -64,7 +64,12 @@ func TestFleetSim(t *testing.T) {
 	}
 	// No persistence: Mosquitto would save its whole state at every retained
 	// claim loaded (the tests' autosave_on_changes), and it is never restarted here.
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true, Extra: []string{"sys_interval 1", "max_connections -1"}})
+	// set_tcp_nodelay and max_inflight_messages as packaging/mosquitto/hub.conf
+	// ships them: with Mosquitto's default (Nagle's algorithm on) the hub held
+	// a claim's echo behind its PUBACK for up to 40 ms, which batched the
+	// claims and slowed direct tasks too (docs/fleet.md).
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true, Extra: []string{"sys_interval 1", "max_connections -1",
+		"set_tcp_nodelay true", "max_inflight_messages 1000"}})
 	sys := mqtttest.Collect(t, m.URL(), "sim-sys", true, "$SYS/broker/publish/messages/sent", "$SYS/broker/clients/connected")
 	sysValue := func(topic string) int64 {
 		msgs := sys.Messages(topic)
