@@ -48,6 +48,14 @@ func TestOneOrderPerTopic(t *testing.T) {
 	for i := range subs {
 		c := connect(fmt.Sprintf("sub-%d", i))
 		tok := c.Subscribe(topic, 1, func(_ paho.Client, m paho.Message) {
+			if m.Retained() {
+				// The retained copy a new subscription gets: mochi
+				// sends it after the SUBACK, so a publication that
+				// follows the SUBACK at once can come twice, live
+				// and then as the retained copy. Not the order of
+				// the topic's messages, which is what is tested.
+				return
+			}
 			mu.Lock()
 			got[i] = append(got[i], string(m.Payload()))
 			mu.Unlock()
