@@ -43,7 +43,20 @@ func startSlowRetained(t *testing.T, broker, hold string, delay time.Duration) s
 	}
 	t.Cleanup(func() { ln.Close() })
 	p := &slowRetained{ln: ln, hold: hold, delay: delay}
-	addr := strings.TrimPrefix(broker, "tcp://")
+	relayTo(ln, broker, func(cc, bc net.Conn) bool {
+		t.Cleanup(func() { cc.Close(); bc.Close() })
+		go func() { _, _ = io.Copy(bc, cc); bc.Close() }()
+		go p.toClient(bc, cc)
+		return true
+	})
+	return "tcp://" + ln.Addr().String()
+}
+
+// relayTo accepts the connections of ln, dials the broker at brokerURL for
+// each, and hands the two ends to serve, until ln is closed or serve
+// returns false: the test proxies' accept loop.
+func relayTo(ln net.Listener, brokerURL string, serve func(client, broker net.Conn) bool) {
+	addr := strings.TrimPrefix(brokerURL, "tcp://")
 	go func() {
 		for {
 			cc, err := ln.Accept()
@@ -55,12 +68,11 @@ func startSlowRetained(t *testing.T, broker, hold string, delay time.Duration) s
 				cc.Close()
 				continue
 			}
-			t.Cleanup(func() { cc.Close(); bc.Close() })
-			go func() { _, _ = io.Copy(bc, cc); bc.Close() }()
-			go p.toClient(bc, cc)
+			if !serve(cc, bc) {
+				return
+			}
 		}
 	}()
-	return "tcp://" + ln.Addr().String()
 }
 
 // toClient copies the broker's packets to the client.

@@ -48,32 +48,21 @@ func startGateProxy(t *testing.T, brokerURL string) *gateProxy {
 	}
 	p := &gateProxy{ln: ln}
 	t.Cleanup(p.Kill)
-	addr := strings.TrimPrefix(brokerURL, "tcp://")
-	go func() {
-		for {
-			cc, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			bc, err := net.Dial("tcp", addr)
-			if err != nil {
-				cc.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.killed {
-				p.mu.Unlock()
-				cc.Close()
-				bc.Close()
-				return
-			}
-			p.conns = append(p.conns, cc, bc)
-			p.down.w, p.up.w, p.down.q, p.up.q = cc, bc, nil, nil
+	relayTo(ln, brokerURL, func(cc, bc net.Conn) bool {
+		p.mu.Lock()
+		if p.killed {
 			p.mu.Unlock()
-			go p.copy(bc, &p.down)
-			go p.copy(cc, &p.up)
+			cc.Close()
+			bc.Close()
+			return false
 		}
-	}()
+		p.conns = append(p.conns, cc, bc)
+		p.down.w, p.up.w, p.down.q, p.up.q = cc, bc, nil, nil
+		p.mu.Unlock()
+		go p.copy(bc, &p.down)
+		go p.copy(cc, &p.up)
+		return true
+	})
 	return p
 }
 
