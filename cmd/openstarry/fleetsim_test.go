@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,11 +67,17 @@ func TestFleetSim(t *testing.T) {
 	// No persistence: Mosquitto would save its whole state at every retained
 	// claim loaded (the tests' autosave_on_changes), and it is never restarted here.
 	// set_tcp_nodelay and max_inflight_messages as packaging/mosquitto/hub.conf
-	// ships them: with Mosquitto's default (Nagle's algorithm on) the hub held
-	// a claim's echo behind its PUBACK for up to 40 ms, which batched the
-	// claims and slowed direct tasks too (docs/fleet.md).
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true, Extra: []string{"sys_interval 1", "max_connections -1",
-		"set_tcp_nodelay true", "max_inflight_messages 1000"}})
+	// ships them. With Mosquitto's default, Nagle's algorithm holds a
+	// packet sent behind another until the device acknowledges the first,
+	// which it delays up to 40 ms: a claim (its PUBACK, then its echo)
+	// waited that long (go test -bench BenchmarkClaimOne ./transport/fleet/),
+	// which batched the claims and slowed direct tasks too (docs/fleet.md).
+	// OPENSTARRY_FLEET_SIM_NAGLE=1 leaves Nagle's algorithm on.
+	extra := []string{"sys_interval 1", "max_connections -1", "max_inflight_messages 1000", "set_tcp_nodelay true"}
+	if os.Getenv("OPENSTARRY_FLEET_SIM_NAGLE") == "1" {
+		extra = extra[:3]
+	}
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{NoPersistence: true, Extra: extra})
 	sys := mqtttest.Collect(t, m.URL(), "sim-sys", true, "$SYS/broker/publish/messages/sent", "$SYS/broker/clients/connected")
 	sysValue := func(topic string) int64 {
 		msgs := sys.Messages(topic)
@@ -186,6 +194,34 @@ func TestFleetSim(t *testing.T) {
 		}
 		return out
 	}
+	// latency is the time from start to the first result of each task id
+	// with prefix (and to its first running claim, for fleet tasks, from
+	// claims): its median, 90th percentile and maximum.
+	latency := func(c *mqtttest.Collector, prefix string, start time.Time, claim bool) string {
+		first := map[string]time.Time{}
+		for _, msg := range c.Messages("") {
+			var r struct {
+				TaskID string `json:"task_id"`
+				State  string `json:"state"`
+			}
+			if json.Unmarshal(msg.Payload, &r) != nil || !strings.HasPrefix(r.TaskID, prefix) || (claim && r.State != fleet.ClaimRunning) {
+				continue
+			}
+			if at, ok := first[r.TaskID]; !ok || msg.At.Before(at) {
+				first[r.TaskID] = msg.At
+			}
+		}
+		ds := make([]time.Duration, 0, len(first))
+		for _, at := range first {
+			ds = append(ds, at.Sub(start))
+		}
+		if len(ds) == 0 {
+			return "none"
+		}
+		slices.Sort(ds)
+		r := func(d time.Duration) time.Duration { return d.Round(time.Millisecond) }
+		return fmt.Sprintf("%s/%s/%s", r(ds[len(ds)/2]), r(ds[len(ds)*9/10]), r(ds[len(ds)-1]))
+	}
 	ids := func(prefix string) []string {
 		out := make([]string, n*perDevice)
 		for i := range out {
@@ -193,9 +229,28 @@ func TestFleetSim(t *testing.T) {
 		}
 		return out
 	}
+	// runAll waits for a result of every task with prefix. It reads only
+	// the results that came since it last looked: parsing them all at
+	// every look took the test a good part of a processor, which the
+	// phases measured here need.
 	runAll := func(prefix string, timeout time.Duration) time.Duration {
 		start := time.Now()
-		wait.For(t, timeout, "a result for every "+prefix+" task", func() bool { return len(executions(prefix)) == n*perDevice })
+		got := map[string]bool{}
+		next := 0
+		mark := []byte(`"` + prefix)
+		wait.For(t, timeout, "a result for every "+prefix+" task", func() bool {
+			msgs := results.MessagesFrom(next)
+			next += len(msgs)
+			for _, msg := range msgs {
+				var r struct {
+					TaskID string `json:"task_id"`
+				}
+				if bytes.Contains(msg.Payload, mark) && json.Unmarshal(msg.Payload, &r) == nil && strings.HasPrefix(r.TaskID, prefix) {
+					got[r.TaskID] = true
+				}
+			}
+			return len(got) == n*perDevice
+		})
 		return time.Since(start)
 	}
 	checkOnce := func(prefix string) map[string]int {
@@ -257,44 +312,82 @@ func TestFleetSim(t *testing.T) {
 		return max(0, used-time.Duration(rate*float64(took)))
 	}
 
-	// Fleet tasks.
-	before := settledSent()
-	fleetIdle := idleRate()
-	saves0 := saves()
-	start := time.Now()
-	cpu0, hub0 := cpu()
-	publish(mqtt.FleetTopic("openstarry"), ids("fa-"))
-	runAll("fa-", time.Duration(120+n*3)*time.Second)
-	fleetTook := time.Since(start)
-	fleetCPU, fleetHub := cpu()
-	fleetCPU, fleetHub = fleetCPU-cpu0, fleetHub-hub0
-	fleetSaves := saves() - saves0
-	perFleet := checkOnce("fa-")
-	fleetSent := settledSent() - before
-
-	// Direct tasks, to each device's master.
-	before = settledSent()
-	directIdle := idleRate()
-	saves0 = saves()
-	start = time.Now()
-	cpu0, hub0 = cpu()
-	direct := ids("da-")
-	var dwg sync.WaitGroup
-	for i, d := range devs {
-		dwg.Add(1)
-		go func() {
-			defer dwg.Done()
-			publish("openstarry/"+d.id+"/agents/master/tasks", direct[i*perDevice:(i+1)*perDevice])
-		}()
+	// simPhase is what one phase of fleet or direct tasks measured.
+	type simPhase struct {
+		took           time.Duration
+		cpu, hub       time.Duration // processor time of the devices and hub; of the hub
+		idle           float64       // processor time per second of the idle fleet before it
+		sent, saves    int64         // hub messages sent, the masters' snapshot saves
+		latency, claim string        // from latency
 	}
-	dwg.Wait()
-	runAll("da-", time.Duration(120+n*3)*time.Second)
-	directTook := time.Since(start)
-	directCPU, directHub := cpu()
-	directCPU, directHub = directCPU-cpu0, directHub-hub0
-	directSaves := saves() - saves0
-	checkOnce("da-")
-	directSent := settledSent() - before
+	// run publishes perDevice tasks per device with ids prefix..., to the
+	// fleet topic or to each device's master, and waits for their results.
+	// With OPENSTARRY_FLEET_SIM_CLAIMS=1 the claims of fleet tasks are
+	// watched, to time them (which costs the hub two messages more per
+	// task, not counted as the tasks').
+	run := func(fleetTasks bool, prefix string) (ph simPhase, per map[string]int) {
+		var claimsSeen *mqtttest.Collector
+		if fleetTasks && os.Getenv("OPENSTARRY_FLEET_SIM_CLAIMS") == "1" {
+			claimsSeen = mqtttest.Collect(t, m.URL(), "sim-claims", true, fleet.ClaimTopic("openstarry", "+"))
+		}
+		before := settledSent()
+		ph.idle = idleRate()
+		saves0 := saves()
+		list := ids(prefix)
+		// Before the clock starts: cpu runs pgrep once per device, which
+		// took the phase a few hundred milliseconds at N = 30.
+		cpu0, hub0 := cpu()
+		start := time.Now()
+		if fleetTasks {
+			publish(mqtt.FleetTopic("openstarry"), list)
+		} else {
+			var dwg sync.WaitGroup
+			for i, d := range devs {
+				dwg.Add(1)
+				go func() {
+					defer dwg.Done()
+					publish("openstarry/"+d.id+"/agents/master/tasks", list[i*perDevice:(i+1)*perDevice])
+				}()
+			}
+			dwg.Wait()
+		}
+		runAll(prefix, time.Duration(120+n*3)*time.Second)
+		ph.took = time.Since(start)
+		ph.cpu, ph.hub = cpu()
+		ph.cpu, ph.hub = ph.cpu-cpu0, ph.hub-hub0
+		ph.saves = saves() - saves0
+		per = checkOnce(prefix)
+		ph.sent = settledSent() - before
+		ph.claim = "not watched"
+		if claimsSeen != nil {
+			ph.sent -= int64(len(claimsSeen.Messages("")))
+			claimsSeen.Client.Disconnect(50)
+			ph.claim = latency(claimsSeen, prefix, start, true)
+		}
+		ph.latency = latency(results, prefix, start, false)
+		return ph, per
+	}
+
+	// Fleet tasks, then direct tasks to each device's master, in turn
+	// OPENSTARRY_FLEET_SIM_ROUNDS times (default 1): on a machine that
+	// runs other work, each kind then meets the same load.
+	rounds := 1
+	if v := os.Getenv("OPENSTARRY_FLEET_SIM_ROUNDS"); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil || rounds < 1 {
+			t.Fatalf("OPENSTARRY_FLEET_SIM_ROUNDS=%q: want a number ≥ 1", v)
+		}
+	}
+	var fleetPhases, directPhases []simPhase
+	var perFleet map[string]int
+	for r := range rounds {
+		fp, per := run(true, fmt.Sprintf("fa%d-", r))
+		if r == 0 {
+			perFleet = per
+		}
+		dp, _ := run(false, fmt.Sprintf("da%d-", r))
+		fleetPhases, directPhases = append(fleetPhases, fp), append(directPhases, dp)
+	}
 
 	// Resident memory per device: the daemon and its agent.
 	var rss int64
@@ -366,22 +459,39 @@ func TestFleetSim(t *testing.T) {
 	}
 	republished := rp.stop()
 
-	t.Logf("per device, fleet tasks without kills: %v", perFleet)
+	t.Logf("per device, fleet tasks without kills (first round): %v", perFleet)
+	tasks1 := n * perDevice
+	var fleetAll, directAll simPhase
+	var fleetBeyond, directBeyond time.Duration
+	var ratios []string
+	for i := range fleetPhases {
+		f, d := fleetPhases[i], directPhases[i]
+		fleetAll.took, fleetAll.cpu, fleetAll.hub, fleetAll.idle = fleetAll.took+f.took, fleetAll.cpu+f.cpu, fleetAll.hub+f.hub, fleetAll.idle+f.idle
+		fleetAll.sent, fleetAll.saves = fleetAll.sent+f.sent, fleetAll.saves+f.saves
+		directAll.took, directAll.cpu, directAll.hub, directAll.idle = directAll.took+d.took, directAll.cpu+d.cpu, directAll.hub+d.hub, directAll.idle+d.idle
+		directAll.sent, directAll.saves = directAll.sent+d.sent, directAll.saves+d.saves
+		fleetBeyond += beyondIdle(f.cpu, f.idle, f.took)
+		directBeyond += beyondIdle(d.cpu, d.idle, d.took)
+		ratios = append(ratios, fmt.Sprintf("%.2f", f.took.Seconds()/d.took.Seconds()))
+	}
 	t.Logf("per device, fleet tasks with kills: %v", perKilled)
 	fig := []string{
 		fmt.Sprintf("devices: %d (boot of all, to their claims connected: %s)", n, bootTook.Round(10*time.Millisecond)),
 		fmt.Sprintf("fleet status: %s for %d devices (with --wait 2s)", statusTook.Round(10*time.Millisecond), n),
 		fmt.Sprintf("hub connections: %d (%.1f per device: daemon, master, master's claims; and the test's 3 clients)",
 			connections, float64(connections-3)/float64(n)),
-		fmt.Sprintf("direct tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", len(direct), directTook.Round(10*time.Millisecond),
-			float64(len(direct))/directTook.Seconds(), float64(directSent)/float64(len(direct))),
-		fmt.Sprintf("fleet tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", n*perDevice, fleetTook.Round(10*time.Millisecond),
-			float64(n*perDevice)/fleetTook.Seconds(), float64(fleetSent)/float64(n*perDevice)),
+		fmt.Sprintf("direct tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", tasks1*rounds, directAll.took.Round(10*time.Millisecond),
+			float64(tasks1*rounds)/directAll.took.Seconds(), float64(directAll.sent)/float64(tasks1*rounds)),
+		fmt.Sprintf("fleet tasks: %d in %s, %.0f tasks/s; %.1f hub messages per task", tasks1*rounds, fleetAll.took.Round(10*time.Millisecond),
+			float64(tasks1*rounds)/fleetAll.took.Seconds(), float64(fleetAll.sent)/float64(tasks1*rounds)),
+		fmt.Sprintf("direct ÷ fleet tasks/s, each round: %s", strings.Join(ratios, ", ")),
 		fmt.Sprintf("processor time per task (devices and hub; the hub alone): fleet %.2f ms (%.2f), direct %.2f ms (%.2f); beyond the idle fleet's %.2f cores: fleet %.2f ms, direct %.2f ms",
-			perTask(fleetCPU, n*perDevice), perTask(fleetHub, n*perDevice), perTask(directCPU, len(direct)), perTask(directHub, len(direct)),
-			(fleetIdle+directIdle)/2, perTask(beyondIdle(fleetCPU, fleetIdle, fleetTook), n*perDevice), perTask(beyondIdle(directCPU, directIdle, directTook), len(direct))),
+			perTask(fleetAll.cpu, tasks1*rounds), perTask(fleetAll.hub, tasks1*rounds), perTask(directAll.cpu, tasks1*rounds), perTask(directAll.hub, tasks1*rounds),
+			(fleetAll.idle+directAll.idle)/float64(2*rounds), perTask(fleetBeyond, tasks1*rounds), perTask(directBeyond, tasks1*rounds)),
+		fmt.Sprintf("time from the publication to the result (median/90th percentile/last), first round: fleet %s (to its claim %s), direct %s",
+			fleetPhases[0].latency, fleetPhases[0].claim, directPhases[0].latency),
 		fmt.Sprintf("snapshot saves per task (the masters'): fleet %.2f, direct %.2f",
-			float64(fleetSaves)/float64(n*perDevice), float64(directSaves)/float64(len(direct))),
+			float64(fleetAll.saves)/float64(tasks1*rounds), float64(directAll.saves)/float64(tasks1*rounds)),
 		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
 		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted, %d down for good: %d, each run once; %d published again (2s unclaimed); all results %s after the last restart",
 			kills, down, len(tasks), republished, converge.Round(10*time.Millisecond)),

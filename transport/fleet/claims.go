@@ -180,6 +180,8 @@ type Claims struct {
 	barriers     map[string]chan struct{} // nonce → closed when its barrier message was handled
 	noBarrier    bool                     // the hub refuses the barrier topic: claims go without it (logged)
 	barrierCount uint64                   // barrier messages handled
+
+	linger time.Duration // batchLinger when made
 }
 
 // subResult is the hub's answer to the subscription to one claim topic.
@@ -270,7 +272,8 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	clientID := ClaimsClientID(cfg.Device, cfg.Agent)
 	c := &Claims{cfg: cfg, ready: make(chan struct{}), seen: map[string]Claim{}, deciding: map[string]int{},
 		pending: map[string]chan claimWait{}, lost: map[string]Claim{}, subQ: map[string][]chan subResult{}, unsubQ: map[string]bool{},
-		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}, defend: map[string]*defence{}, probing: map[string]chan Claim{}}
+		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}, defend: map[string]*defence{}, probing: map[string]chan Claim{},
+		linger: batchLinger}
 	c.barrierTopic = BarrierTopic(cfg.Prefix, cfg.Device, clientID)
 	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(clientID).
 		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
@@ -929,6 +932,19 @@ var errClosed = errors.New("the claims are closed")
 // (about 60 KiB): the rest go in the next one.
 const maxBatch = 1024
 
+// batchLinger is the least time between two SUBSCRIBE batches, and between
+// two UNSUBSCRIBE batches: the claims of a stream of fleet tasks go in one
+// batch every batchLinger (or every round trip to the hub, when that is
+// longer), while a claim that comes batchLinger or more after the last
+// batch goes at once. A batch costs the device and the hub eight packets
+// (the SUBSCRIBE, the barrier and its echo, the UNSUBSCRIBE, and their
+// acknowledgements) besides its claims' own; with a hub that sends every
+// packet at once (set_tcp_nodelay, as packaging/mosquitto/hub.conf sets
+// it), a device of a large fleet gets every N-th fleet task, its batches
+// carried one claim each, and the batches cost more than the claims
+// (BenchmarkClaimSparse, docs/fleet.md).
+var batchLinger = 20 * time.Millisecond
+
 // batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
 // batch goes (the Claim calls waiting for it give up at ClaimTimeout).
 const batchTimeout = ClaimTimeout
@@ -937,9 +953,11 @@ const batchTimeout = ClaimTimeout
 // unsubscriptions of the topics decided, in batches: one SUBSCRIBE and one
 // UNSUBSCRIBE on their way at a time, each carrying every topic queued
 // while the previous one was (an UNSUBSCRIBE goes at once when Done waits
-// for it). Under load a fleet task's claim then costs the hub and the
-// device a fraction of a SUBSCRIBE and of an UNSUBSCRIBE round trip,
-// where it cost one of each; idle, a claim's subscription goes at once.
+// for it), two SUBSCRIBEs at least batchLinger apart, and two
+// UNSUBSCRIBEs too (Done waits for the next). Under load a fleet task's
+// claim then costs the hub and the device a fraction of a SUBSCRIBE and
+// of an UNSUBSCRIBE round trip, where it cost one of each; idle, a
+// claim's subscription goes at once.
 //
 // An UNSUBSCRIBE is handed to the client before a SUBSCRIBE taken at the
 // same time; a topic asked for again before its UNSUBSCRIBE went leaves
@@ -954,6 +972,9 @@ func (c *Claims) subscriptions(ctx context.Context) {
 		batch                map[string][]chan subResult
 		barrierDone          <-chan struct{}
 		barrierNonce         string
+		lastSub, lastUnsub   time.Time
+		subLinger            <-chan time.Time
+		unsubLinger          <-chan time.Time
 	)
 	answer := func(err error) {
 		var codes map[string]byte
@@ -1057,11 +1078,22 @@ func (c *Claims) subscriptions(ctx context.Context) {
 			unsubTok, unsubDone, unsubTimer = nil, nil, nil
 		case <-unsubTimer:
 			unsubTok, unsubDone, unsubTimer = nil, nil, nil
+		case <-subLinger:
+			subLinger = nil
+		case <-unsubLinger:
+			unsubLinger = nil
 		}
 		c.mu.Lock()
 		var unsub []string
 		var flushed []chan struct{}
-		if len(c.unsubQ) > 0 && (unsubTok == nil || len(c.flushWait) > 0) {
+		unsubDue := len(c.unsubQ) > 0 && (unsubTok == nil || len(c.flushWait) > 0)
+		if unsubDue && unsubLinger == nil {
+			if wait := c.linger - time.Since(lastUnsub); wait > 0 {
+				unsubLinger = time.After(wait)
+			}
+		}
+		if unsubDue && unsubLinger == nil {
+			lastUnsub = time.Now()
 			// A flush takes them all (Done waits for its own topic).
 			n := len(c.unsubQ)
 			if len(c.flushWait) == 0 {
@@ -1076,9 +1108,20 @@ func (c *Claims) subscriptions(ctx context.Context) {
 				delete(c.unsubQ, topic)
 			}
 		}
-		flushed, c.flushWait = c.flushWait, nil
+		if unsub != nil || len(c.unsubQ) == 0 {
+			// Done waits for the UNSUBSCRIBE of its topic, not longer:
+			// at most batchLinger after the last one.
+			flushed, c.flushWait = c.flushWait, nil
+		}
 		var filters map[string]byte
-		if subTok == nil && len(c.subQ) > 0 {
+		subDue := subTok == nil && len(c.subQ) > 0
+		if subDue && subLinger == nil {
+			if wait := c.linger - time.Since(lastSub); wait > 0 {
+				subLinger = time.After(wait)
+			}
+		}
+		if subDue && subLinger == nil {
+			lastSub = time.Now()
 			batch = make(map[string][]chan subResult, min(len(c.subQ), maxBatch))
 			for topic, ws := range c.subQ {
 				if len(batch) == maxBatch {

@@ -26,6 +26,10 @@ type transport struct {
 	client *Client
 	early  []agent.Result
 	claims Claims // one run per fleet task id across the fleet; nil without fleet tasks
+
+	doneMu   sync.Mutex    // guards doneIDs
+	doneIDs  []string      // tasks whose results were handed over, for claims.Done
+	doneWake chan struct{} // wakes claimsDone
 }
 
 // openTransport checks the mqtt.* settings; it does no I/O but reading the
@@ -88,8 +92,17 @@ func (t *transport) Progress(taskID string, percent int, phase string) {
 // Deliver hands results to the client, or keeps them until it exists.
 func (t *transport) Deliver(results []agent.Result) {
 	if t.claims != nil {
+		// Marked done by claimsDone, not here: Deliver runs on the
+		// runtime's goroutine, which a done claim's publication (and the
+		// unsubscription it waits for) would hold up at every fleet result.
+		t.doneMu.Lock()
 		for _, r := range results {
-			t.claims.Done(r.TaskID)
+			t.doneIDs = append(t.doneIDs, r.TaskID)
+		}
+		t.doneMu.Unlock()
+		select {
+		case t.doneWake <- struct{}{}:
+		default:
 		}
 	}
 	t.mu.Lock()
@@ -127,7 +140,8 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		if err != nil {
 			return err
 		}
-		go func() { <-ctx.Done(); claims.Close() }()
+		t.doneWake = make(chan struct{}, 1)
+		go t.claimsDone(ctx, claims)
 		t.claims, cfg.FleetGate = claims, claims
 	}
 	c, err := New(cfg)
@@ -146,6 +160,28 @@ func (t *transport) Start(ctx context.Context, rt *agent.Runtime) error {
 		t.claims.Connect() // once the hub took the agent's login
 	}
 	return nil
+}
+
+// claimsDone tells the claims of every result Deliver handed over, in the
+// order they came, until ctx ends; then it tells them the rest and closes
+// them.
+func (t *transport) claimsDone(ctx context.Context, claims Claims) {
+	defer claims.Close()
+	var ids []string
+	for stop := false; !stop; {
+		select {
+		case <-ctx.Done():
+			stop = true
+		case <-t.doneWake:
+		}
+		t.doneMu.Lock()
+		ids, t.doneIDs = t.doneIDs, ids[:0]
+		t.doneMu.Unlock()
+		for _, id := range ids {
+			claims.Done(id)
+		}
+		clear(ids)
+	}
 }
 
 // daemonOwnsStatus reports whether a daemon says, in the retained status

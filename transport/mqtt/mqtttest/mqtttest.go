@@ -290,6 +290,7 @@ type Message struct {
 	Topic    string
 	Payload  []byte
 	Retained bool
+	At       time.Time // when the collector received it
 }
 
 // Collector is an MQTT client that records every message on its
@@ -322,7 +323,7 @@ func CollectAs(t testing.TB, url, clientID, user, password string, clean bool, f
 		SetConnectRetry(true).SetConnectRetryInterval(200 * time.Millisecond).SetOrderMatters(true).
 		SetDefaultPublishHandler(func(_ paho.Client, m paho.Message) {
 			c.mu.Lock()
-			c.msgs = append(c.msgs, Message{Topic: m.Topic(), Payload: append([]byte(nil), m.Payload()...), Retained: m.Retained()})
+			c.msgs = append(c.msgs, Message{Topic: m.Topic(), Payload: append([]byte(nil), m.Payload()...), Retained: m.Retained(), At: time.Now()})
 			c.mu.Unlock()
 		}).
 		SetOnConnectHandler(func(pc paho.Client) {
@@ -348,6 +349,16 @@ func CollectAs(t testing.TB, url, clientID, user, password string, clean bool, f
 	}
 	t.Cleanup(func() { c.Client.Disconnect(50) })
 	return c
+}
+
+// MessagesFrom returns the messages that arrived after the first i.
+func (c *Collector) MessagesFrom(i int) []Message {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i >= len(c.msgs) {
+		return nil
+	}
+	return append([]Message(nil), c.msgs[i:]...)
 }
 
 // Messages returns what arrived on topics matching filter ("" for all).

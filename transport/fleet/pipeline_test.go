@@ -1,0 +1,169 @@
+package fleet
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
+)
+
+// BenchmarkClaimOne: one device's claims against Mosquitto (with
+// set_tcp_nodelay, as packaging/mosquitto/hub.conf sets it), one task at a
+// time: ns/op is the time a fleet task waits for its claim (the round
+// trips to the hub: the SUBSCRIBE, its barrier, then the claim and its
+// echo), and batchLinger between two. Against Mosquitto's default (Nagle's
+// algorithm on) it was 40 ms, the device's delayed acknowledgement.
+func BenchmarkClaimOne(b *testing.B) {
+	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true, Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		id := "one-" + strconv.Itoa(i)
+		if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+			b.Fatal(id, mine, err)
+		}
+		c.Done(id)
+	}
+}
+
+// TestClaimsLinger: the claims of fleet tasks that come one after another
+// within batchLinger of a batch go in one SUBSCRIBE, not one each (a
+// batch costs the device and the hub eight packets besides its claims).
+func TestClaimsLinger(t *testing.T) {
+	old := batchLinger
+	batchLinger = time.Second
+	t.Cleanup(func() { batchLinger = old })
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx := context.Background()
+	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
+		t.Fatalf("first: %v %v", mine, err)
+	}
+	// Ten more, 20 ms apart: each comes after the one before it was
+	// subscribed, were it sent at once.
+	var wg sync.WaitGroup
+	for i := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "t-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				t.Errorf("%s: %v %v", id, mine, err)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond)
+	}
+	wg.Wait()
+	if sub, _ := c.Batches(); sub > 3 {
+		t.Errorf("%d SUBSCRIBE packets for 11 claims, want the first alone and the ten others together", sub)
+	}
+}
+
+// BenchmarkClaimStream: one device's claims against Mosquitto with
+// set_tcp_nodelay (as packaging/mosquitto/hub.conf sets it), 64 tasks at a
+// time, each marked done once claimed: the processor time of the claims
+// (the device's side alone) per task, and the tasks per SUBSCRIBE batch.
+func BenchmarkClaimStream(b *testing.B) {
+	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true, Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+		b.Fatal(err)
+	}
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			id := "s-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				b.Error(id, mine, err)
+				return
+			}
+			c.Done(id)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/task")
+	sub, _ := c.Batches()
+	b.ReportMetric(float64(b.N)/float64(max(sub, 1)), "tasks/SUBSCRIBE")
+}
+
+// BenchmarkClaimSparse: as BenchmarkClaimStream, with the tasks coming
+// one every 2 ms, as each device of a fleet gets every N-th fleet task:
+// the processor time per task with the batches at least batchLinger
+// apart (OPENSTARRY_BATCH_LINGER, a duration, sets it here).
+func BenchmarkClaimSparse(b *testing.B) {
+	if v := os.Getenv("OPENSTARRY_BATCH_LINGER"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			b.Fatal(err)
+		}
+		old := batchLinger
+		batchLinger = d
+		defer func() { batchLinger = old }()
+	}
+	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true, Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+		b.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	cpu0 := processCPU()
+	b.ResetTimer()
+	for i := range b.N {
+		<-tick.C
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "p-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				b.Error(id, mine, err)
+				return
+			}
+			c.Done(id)
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu0).Microseconds())/1000/float64(b.N), "cpu-ms/task")
+	sub, unsub := c.Batches()
+	b.ReportMetric(float64(b.N)/float64(max(sub, 1)), "tasks/SUBSCRIBE")
+	b.ReportMetric(float64(b.N)/float64(max(unsub, 1)), "tasks/UNSUBSCRIBE")
+}
