@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
@@ -115,7 +114,7 @@ type ClaimsConfig struct {
 // the winner's answer takes longer than DefendFor or Grace.
 type Claims struct {
 	cfg    ClaimsConfig
-	client paho.Client
+	client *hubConn
 
 	mu       sync.Mutex // guards the fields below
 	ready    chan struct{}
@@ -168,11 +167,13 @@ type Claims struct {
 	// answers the batch's Claim calls only once onClaim has handled it.
 	// The hub handles one client's packets in order and queues a
 	// subscription's retained messages before it handles the next packet,
-	// and paho hands this connection's messages to onClaim one at a time
-	// in arrival order (OrderMatters): so when the barrier is handled,
-	// the retained claims of the batch's topics have been handled too. A
-	// SUBACK is no such barrier: paho completes the token when the SUBACK
-	// is read, before the messages read ahead of it reach onClaim. Without
+	// and hubConn hands this connection's messages to onClaim one at a
+	// time in arrival order: so when the barrier is handled, the retained
+	// claims of the batch's topics have been handled too. A SUBACK is no
+	// such barrier: a broker may queue a subscription's retained messages
+	// behind its SUBACK (and paho, which this connection used before,
+	// completed the token when it read the SUBACK, before the messages
+	// read ahead of it reached the handler). Without
 	// it a device could publish its claim over a claim it had not seen
 	// yet (a done one, say), and a device killed before its claim came
 	// back found it retained afterwards and ran the task a second time.
@@ -230,7 +231,7 @@ func StartClaims(cfg ClaimsConfig) (*Claims, error) {
 // Connect connects in the background, again after every loss; Claim waits
 // for the first connection.
 func (c *Claims) Connect() {
-	c.client.Connect()
+	c.client.start()
 }
 
 // ClaimsClientID is the client id of an agent's claims connection
@@ -275,15 +276,17 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 		wake: make(chan struct{}, 1), barriers: map[string]chan struct{}{}, defend: map[string]*defence{}, probing: map[string]chan Claim{},
 		linger: batchLinger}
 	c.barrierTopic = BarrierTopic(cfg.Prefix, cfg.Device, clientID)
-	opts := paho.NewClientOptions().AddBroker(u.String()).SetClientID(clientID).
-		SetCleanSession(true).SetProtocolVersion(4).SetOrderMatters(true).
-		SetAutoReconnect(true).SetConnectRetry(true).SetConnectRetryInterval(time.Second).SetMaxReconnectInterval(30 * time.Second).
-		// Every message of this connection is a claim: they all go to the
-		// default handler, and the subscriptions carry no callback of
-		// their own (paho matches each message against every route it
-		// holds, one per subscription in flight).
-		SetDefaultPublishHandler(c.onClaim).
-		SetOnConnectHandler(func(paho.Client) {
+	var tc *tls.Config
+	if secure {
+		if tc, err = mqtt.TLSConfig(u, secure, cfg.CAFile, cfg.CertFile, cfg.KeyFile); err != nil {
+			return nil, err
+		}
+	}
+	// Every message of this connection is a claim (or a barrier): they all
+	// go to onClaim, one at a time, in the order they came.
+	c.client = &hubConn{url: u, tc: tc, clientID: clientID, user: cfg.Username, pass: cfg.Password,
+		keepAlive: 30 * time.Second, handler: c.onClaim, log: cfg.Log,
+		onUp: func() {
 			c.mu.Lock()
 			c.up = true
 			if !c.isReady {
@@ -292,26 +295,12 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 				c.cfg.Log.Info().Msgf("fleet: connected for the claims (%s)", ClaimTopic(c.cfg.Prefix, "{task_id}"))
 			}
 			c.mu.Unlock()
-		}).
-		SetConnectionLostHandler(func(paho.Client, error) {
+		},
+		onDown: func(error) {
 			c.mu.Lock()
 			c.up = false
 			c.mu.Unlock()
-		})
-	if cfg.Username != "" {
-		opts.SetUsername(cfg.Username).SetPassword(cfg.Password)
-	}
-	var tc *tls.Config
-	if secure {
-		if tc, err = mqtt.TLSConfig(u, secure, cfg.CAFile, cfg.CertFile, cfg.KeyFile); err != nil {
-			return nil, err
-		}
-		opts.SetTLSConfig(tc)
-	}
-	// A read buffer in front of the socket: paho reads each packet's
-	// header a byte at a time, a read(2) each on a bare connection.
-	opts.SetCustomOpenConnectionFn(mqtt.Opener(tc))
-	c.client = paho.NewClient(opts)
+		}}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go c.sweep(ctx)
@@ -324,7 +313,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 func (c *Claims) Close() {
 	c.finishDue(true)
 	c.stop()
-	c.client.Disconnect(250)
+	c.client.Close()
 }
 
 // Held returns how many claims the device keeps in memory: those being
@@ -352,24 +341,24 @@ func sameOwner(a, b Claim) bool {
 
 // onClaim keeps the claim that holds for a task being decided; the order
 // of arrival decides between two claimants.
-func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
+func (c *Claims) onClaim(topic string, payload []byte, retained bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if m.Topic() == c.barrierTopic {
-		if ch, ok := c.barriers[string(m.Payload())]; ok {
-			delete(c.barriers, string(m.Payload()))
+	if topic == c.barrierTopic {
+		if ch, ok := c.barriers[string(payload)]; ok {
+			delete(c.barriers, string(payload))
 			c.barrierCount++
 			close(ch)
 		}
 		return
 	}
-	taskID := m.Topic()[strings.LastIndexByte(m.Topic(), '/')+1:]
+	taskID := topic[strings.LastIndexByte(topic, '/')+1:]
 	c.received++
 	d := c.defend[taskID]
 	if c.deciding[taskID] == 0 && d == nil {
 		return // decided already: a late message of an unsubscribed topic
 	}
-	if len(m.Payload()) == 0 {
+	if len(payload) == 0 {
 		if d != nil {
 			c.defendAgainst(taskID, d, Claim{}, time.Now()) // cleared under it
 		} else {
@@ -378,7 +367,7 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		return
 	}
 	now := time.Now()
-	cl, ok := decodeClaim(taskID, m.Payload(), now, c.cfg.RunTTL, c.cfg.DoneTTL)
+	cl, ok := decodeClaim(taskID, payload, now, c.cfg.RunTTL, c.cfg.DoneTTL)
 	if !ok {
 		return
 	}
@@ -394,7 +383,7 @@ func (c *Claims) onClaim(_ paho.Client, m paho.Message) {
 		default:
 		}
 	}
-	c.decide(taskID, cl, m.Retained(), now)
+	c.decide(taskID, cl, retained, now)
 }
 
 // decodeClaim decodes the claim retained or published on the claim topic
@@ -441,7 +430,7 @@ func (c *Claims) decide(taskID string, cl Claim, retained bool, now time.Time) {
 			restore := prev
 			restore.Restore = true
 			b, _ := json.Marshal(restore)
-			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), true, false, b)
 			ch <- claimWait{won: true, owner: cl.Device}
 			return
 		}
@@ -451,7 +440,7 @@ func (c *Claims) decide(taskID string, cl Claim, retained bool, now time.Time) {
 			restore := prev
 			restore.Restore = true
 			b, _ := json.Marshal(restore)
-			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), true, false, b)
 			return
 		}
 		c.seen[taskID] = cl
@@ -503,7 +492,7 @@ func (c *Claims) defendAgainst(taskID string, d *defence, cl Claim, now time.Tim
 	restore := d.claim
 	restore.Restore = true
 	b, _ := json.Marshal(restore)
-	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), true, false, b)
 	over := cl.Device + "/" + cl.Agent
 	if cl.Device == "" {
 		over = "(cleared)"
@@ -634,7 +623,7 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 			// device (each would cap it anew from when it sees it).
 			prev.Restore = true
 			b, _ := json.Marshal(prev)
-			c.client.Publish(topic, 1, true, b)
+			c.client.Publish(topic, true, false, b)
 		}
 		return prev.Device, false, nil
 	}
@@ -665,7 +654,7 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 	}()
 	b, _ := json.Marshal(cl)
-	if err := mqtt.WaitToken(ctx, c.client.Publish(topic, 1, true, b), ClaimTimeout); err != nil {
+	if err := c.client.Publish(topic, true, false, b).wait(ctx, ClaimTimeout); err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrNoClaim, err)
 	}
 	select {
@@ -774,7 +763,7 @@ func (c *Claims) finish(taskID string) {
 	flushed := c.unsubscribeFirst()
 	c.mu.Unlock()
 	c.waitFlushed(flushed)
-	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), 1, true, b)
+	c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), true, true, b)
 	c.clearEarly(early)
 }
 
@@ -874,17 +863,16 @@ func (c *Claims) finishDue(all bool) {
 	}
 	c.mu.Unlock()
 	c.waitFlushed(flushed)
-	toks := make([]paho.Token, 0, len(pubs))
+	toks := make([]*hubOp, 0, len(pubs))
 	for _, p := range pubs {
-		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p.taskID), 1, true, p.payload))
+		toks = append(toks, c.client.Publish(ClaimTopic(c.cfg.Prefix, p.taskID), true, true, p.payload))
 	}
 	c.clearEarly(early)
 	if all {
-		// Sent before the DISCONNECT, which paho sends ahead of the
-		// publications it has queued.
+		// Acknowledged before the DISCONNECT (Close), within 2 s.
 		deadline := time.Now().Add(2 * time.Second)
 		for _, tok := range toks {
-			if !tok.WaitTimeout(time.Until(deadline)) {
+			if tok.wait(context.Background(), time.Until(deadline)) != nil {
 				break
 			}
 		}
@@ -912,7 +900,7 @@ func (c *Claims) clearEarly(early []string) {
 		c.cfg.Log.Warn().Int("claims", len(early)).Int("max", MaxDoneClaims).
 			Msg("fleet: too many done claims to remember; the oldest are cleared before their time")
 		for _, id := range early {
-			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), true, true, []byte{})
 		}
 	}
 }
@@ -966,7 +954,7 @@ const batchTimeout = ClaimTimeout
 // subscription is never ended by an UNSUBSCRIBE sent after it.
 func (c *Claims) subscriptions(ctx context.Context) {
 	var (
-		subTok, unsubTok     paho.Token
+		subTok, unsubTok     *hubOp
 		subDone, unsubDone   <-chan struct{}
 		subTimer, unsubTimer <-chan time.Time
 		batch                map[string][]chan subResult
@@ -978,8 +966,8 @@ func (c *Claims) subscriptions(ctx context.Context) {
 	)
 	answer := func(err error) {
 		var codes map[string]byte
-		if st, ok := subTok.(*paho.SubscribeToken); ok && err == nil {
-			codes = st.Result()
+		if subTok != nil && err == nil {
+			codes = subTok.Result()
 		}
 		for topic, ws := range batch {
 			r := subResult{err: err}
@@ -1004,12 +992,11 @@ func (c *Claims) subscriptions(ctx context.Context) {
 	// barrier publishes the barrier of the batch whose SUBACK came; when
 	// the hub refused its topic, the batch is answered at once (logged).
 	barrier := func() {
-		st, _ := subTok.(*paho.SubscribeToken)
 		c.mu.Lock()
 		noBarrier := c.noBarrier
 		code, asked := byte(0), false
-		if st != nil && !noBarrier {
-			code, asked = st.Result()[c.barrierTopic]
+		if subTok != nil && !noBarrier {
+			code, asked = subTok.Result()[c.barrierTopic]
 		}
 		if !noBarrier && (!asked || code > 2) {
 			c.noBarrier = true
@@ -1029,7 +1016,7 @@ func (c *Claims) subscriptions(ctx context.Context) {
 		c.barriers[barrierNonce] = ch
 		c.mu.Unlock()
 		barrierDone, subDone, subTimer = ch, nil, time.After(batchTimeout)
-		c.client.Publish(c.barrierTopic, 1, false, []byte(barrierNonce))
+		c.client.Publish(c.barrierTopic, false, false, []byte(barrierNonce))
 	}
 	for {
 		select {
@@ -1155,7 +1142,7 @@ func (c *Claims) subscriptions(ctx context.Context) {
 			close(f)
 		}
 		if filters != nil {
-			subTok = c.client.SubscribeMultiple(filters, nil)
+			subTok = c.client.Subscribe(filters)
 			subDone, subTimer = subTok.Done(), time.After(batchTimeout)
 		}
 	}
@@ -1198,7 +1185,7 @@ func (c *Claims) sweep(ctx context.Context) {
 			c.kick()
 		}
 		for _, id := range clear {
-			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), 1, true, []byte{})
+			c.client.Publish(ClaimTopic(c.cfg.Prefix, id), true, true, []byte{})
 		}
 	}
 }

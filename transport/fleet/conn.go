@@ -1,0 +1,608 @@
+package fleet
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	paho "github.com/eclipse/paho.mqtt.golang"
+	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt"
+)
+
+// hubConn is the claims' own connection to the hub: an MQTT 3.1.1 client
+// with a clean session that does what the claims need and nothing else
+// (QoS 1 publications, subscriptions and unsubscriptions, keep-alive,
+// reconnection), written for them because of where paho's time went.
+//
+// Why not paho, measured: paho hands every packet through four or five
+// goroutines (its reader, its incoming comms, its router, the ack's
+// outbound relay, its writer), and a claim is four packets on the device
+// (the claim and its PUBACK, the echo and its PUBACK), so a fleet task's
+// claim cost the device more processor time in goroutine wake-ups than in
+// anything it did (go test -bench 'BenchmarkClaimSparse|BenchmarkClaimStream'
+// ./transport/fleet/; docs/fleet.md has the figures). Here one goroutine
+// reads the connection and hands each message to the handler itself, in
+// the order they came, and a packet is written by whoever sends it (through
+// the project's buffered connection, mqtt.Opener, whose flusher gathers the
+// packets sent while a write is under way).
+//
+// Order: the handler sees the messages in the order the hub sent them, and
+// a SUBACK is handled only after the messages read before it (the barrier
+// of Claims still waits for its own message: a hub may queue a
+// subscription's retained messages after its SUBACK).
+type hubConn struct {
+	url       *url.URL
+	tc        *tls.Config
+	clientID  string
+	user      string
+	pass      string
+	keepAlive time.Duration
+	handler   func(topic string, payload []byte, retained bool)
+	onUp      func()
+	onDown    func(error)
+	log       zerolog.Logger
+
+	mu      sync.Mutex
+	conn    net.Conn   // nil while not connected
+	ops     map[uint16]*hubOp // packet id → what waits for its acknowledgement
+	nextID  uint16
+	held    []heldPub // publications made while not connected, sent at the next connection
+	lastIn  atomic.Int64 // when the last packet came from the hub (unix nanoseconds)
+	closing bool
+	stop    chan struct{} // closed by Close
+	done    chan struct{} // closed when run returned
+}
+
+// hubOp is one publication, subscription or unsubscription on its way: done
+// is closed when the hub acknowledged it, or when it failed (err).
+type hubOp struct {
+	done    chan struct{}
+	err     error
+	filters []string // a subscription's topic filters, in the packet's order
+	codes   []byte   // its SUBACK's return codes
+}
+
+// Done is closed when the operation ended.
+func (o *hubOp) Done() <-chan struct{} { return o.done }
+
+// Error is why the operation failed, after Done; nil when acknowledged.
+func (o *hubOp) Error() error { return o.err }
+
+// Result is a subscription's return code for each of its filters, after
+// Done.
+func (o *hubOp) Result() map[string]byte {
+	out := make(map[string]byte, len(o.filters))
+	for i, f := range o.filters {
+		if i < len(o.codes) {
+			out[f] = o.codes[i]
+		}
+	}
+	return out
+}
+
+// wait waits for the operation, at most limit, or until ctx ends.
+func (o *hubOp) wait(ctx context.Context, limit time.Duration) error {
+	t := time.NewTimer(limit)
+	defer t.Stop()
+	select {
+	case <-o.done:
+		return o.err
+	case <-t.C:
+		return fmt.Errorf("no answer from the broker within %s", limit)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// heldPub is a publication kept for the next connection.
+type heldPub struct {
+	topic   string
+	payload []byte
+	retain  bool
+}
+
+// errNotConnected fails what is asked of a hubConn while it is not
+// connected, and what was on its way when the connection was lost.
+var errNotConnected = errors.New("not connected to the broker")
+
+// maxHeld bounds the publications kept while not connected (done claims,
+// clearings): beyond, the oldest are dropped (their claims then hold as
+// they were retained: a running one expires after the run TTL).
+const maxHeld = 100_000
+
+// connectTimeout bounds the dial, the TLS handshake and the CONNACK.
+const connectTimeout = 10 * time.Second
+
+// reconnect backoff: 1 s doubling to 30 s.
+const (
+	reconnectMin = time.Second
+	reconnectMax = 30 * time.Second
+)
+
+// start connects in the background, again after every loss, until Close.
+func (h *hubConn) start() {
+	h.ops = map[uint16]*hubOp{}
+	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	go h.run()
+}
+
+// run connects, reads until the connection is lost, and connects again.
+func (h *hubConn) run() {
+	defer close(h.done)
+	wait := reconnectMin
+	failing := false
+	for {
+		conn, r, err := h.connect()
+		if err != nil {
+			if !failing {
+				h.log.Warn().Err(err).Str("broker", h.url.Redacted()).Msg("fleet: the claims' connection to the broker failed; connecting again")
+				failing = true
+			}
+			select {
+			case <-h.stop:
+				return
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, reconnectMax)
+			continue
+		}
+		failing, wait = false, reconnectMin
+		h.mu.Lock()
+		if h.closing {
+			h.mu.Unlock()
+			conn.Close()
+			return
+		}
+		h.conn = conn
+		held := h.held
+		h.held = nil
+		h.mu.Unlock()
+		for _, p := range held {
+			h.Publish(p.topic, p.retain, false, p.payload)
+		}
+		if h.onUp != nil {
+			h.onUp()
+		}
+		h.lastIn.Store(time.Now().UnixNano())
+		pingDone := make(chan struct{})
+		go h.ping(conn, pingDone)
+		err = h.read(r)
+		close(pingDone)
+		h.mu.Lock()
+		h.conn = nil
+		ops := h.ops
+		h.ops = map[uint16]*hubOp{}
+		closing := h.closing
+		h.mu.Unlock()
+		conn.Close()
+		for _, o := range ops {
+			o.err = errNotConnected
+			close(o.done)
+		}
+		if closing {
+			return
+		}
+		h.log.Warn().Err(err).Msg("fleet: the claims' connection to the broker was lost; connecting again")
+		if h.onDown != nil {
+			h.onDown(err)
+		}
+		select {
+		case <-h.stop:
+			return
+		case <-time.After(reconnectMin):
+		}
+	}
+}
+
+// connect dials the hub (mqtt.Opener: TCP or TLS, the proxy of the
+// environment, a read buffer and gathered writes) and sends CONNECT.
+func (h *hubConn) connect() (net.Conn, io.Reader, error) {
+	opts := paho.NewClientOptions()
+	opts.SetConnectTimeout(connectTimeout)
+	conn, err := mqtt.Opener(h.tc)(h.url, *opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	_ = conn.SetDeadline(time.Now().Add(connectTimeout))
+	if _, err := conn.Write(encodeConnect(h.clientID, h.user, h.pass, h.keepAlive)); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	typ, _, body, err := readPacket(conn, nil)
+	if err == nil && (typ != pkConnack || len(body) != 2) {
+		err = fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
+	}
+	if err == nil && body[1] != 0 {
+		err = fmt.Errorf("the broker refused the connection: %s", connackReason(body[1]))
+	}
+	if err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return conn, conn, nil
+}
+
+// connackReason names an MQTT 3.1.1 CONNACK return code.
+func connackReason(code byte) string {
+	switch code {
+	case 1:
+		return "unacceptable protocol version"
+	case 2:
+		return "client identifier rejected"
+	case 3:
+		return "server unavailable"
+	case 4:
+		return "bad user name or password"
+	case 5:
+		return "not authorised"
+	}
+	return fmt.Sprintf("return code %d", code)
+}
+
+// ping sends PINGREQ every keep-alive interval until done, and closes the
+// connection when nothing came from the hub for one and a half intervals
+// (a PINGRESP comes within one).
+func (h *hubConn) ping(conn net.Conn, done chan struct{}) {
+	t := time.NewTicker(h.keepAlive)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+			if time.Since(time.Unix(0, h.lastIn.Load())) > h.keepAlive+h.keepAlive/2 {
+				h.log.Warn().Msg("fleet: no answer from the broker within the keep-alive; connecting again")
+				conn.Close()
+				return
+			}
+			if _, err := conn.Write([]byte{pkPingreq << 4, 0}); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// read handles the hub's packets, in order, until the connection fails.
+func (h *hubConn) read(r io.Reader) error {
+	var buf []byte
+	for {
+		typ, flags, body, err := readPacket(r, buf)
+		if err != nil {
+			return err
+		}
+		h.lastIn.Store(time.Now().UnixNano())
+		buf = body[:0]
+		switch typ {
+		case pkPublish:
+			p, err := decodePublish(flags, body)
+			if err != nil {
+				return err
+			}
+			if !p.truncated && h.handler != nil {
+				h.handler(p.topic, p.payload, p.retained)
+			}
+			if p.qos > 0 {
+				h.write([]byte{pkPuback << 4, 2, byte(p.id >> 8), byte(p.id)})
+			}
+		case pkPuback, pkSuback, pkUnsuback:
+			if len(body) < 2 {
+				return fmt.Errorf("fleet: malformed packet of type %d from the broker", typ)
+			}
+			id := binary.BigEndian.Uint16(body)
+			h.mu.Lock()
+			o := h.ops[id]
+			delete(h.ops, id)
+			h.mu.Unlock()
+			if o != nil {
+				if typ == pkSuback {
+					o.codes = append([]byte(nil), body[2:]...)
+				}
+				close(o.done)
+			}
+		case pkPingresp:
+		default:
+			return fmt.Errorf("fleet: unexpected packet of type %d from the broker", typ)
+		}
+	}
+}
+
+// write writes one packet on the current connection; false when there is
+// none, or the write failed (the reader then sees the connection fail).
+func (h *hubConn) write(pk []byte) bool {
+	h.mu.Lock()
+	conn := h.conn
+	h.mu.Unlock()
+	if conn == nil {
+		return false
+	}
+	if _, err := conn.Write(pk); err != nil {
+		conn.Close()
+		return false
+	}
+	return true
+}
+
+// send registers o under a new packet id, encodes its packet with enc and
+// writes it. When not connected, o fails at once (and hold, when set, is
+// kept for the next connection).
+func (h *hubConn) send(o *hubOp, hold *heldPub, enc func(id uint16) []byte) *hubOp {
+	h.mu.Lock()
+	if h.conn == nil || h.closing {
+		if hold != nil && !h.closing {
+			if len(h.held) >= maxHeld {
+				h.held = h.held[1:]
+			}
+			h.held = append(h.held, *hold)
+		}
+		h.mu.Unlock()
+		o.err = errNotConnected
+		close(o.done)
+		return o
+	}
+	for {
+		h.nextID++
+		if h.nextID != 0 && h.ops[h.nextID] == nil {
+			break
+		}
+	}
+	id := h.nextID
+	h.ops[id] = o
+	conn := h.conn
+	h.mu.Unlock()
+	if _, err := conn.Write(enc(id)); err != nil {
+		conn.Close() // the reader fails, and fails o
+	}
+	return o
+}
+
+// Publish publishes payload on topic, QoS 1 (retained when retain). A
+// publication made while not connected fails at once; with hold it is also
+// kept, and published once connected again (nothing waits for it then).
+func (h *hubConn) Publish(topic string, retain, hold bool, payload []byte) *hubOp {
+	var held *heldPub
+	if hold {
+		held = &heldPub{topic: topic, payload: payload, retain: retain}
+	}
+	return h.send(&hubOp{done: make(chan struct{})}, held, func(id uint16) []byte {
+		return encodePublish(topic, payload, id, retain)
+	})
+}
+
+// Subscribe subscribes to filters (topic → QoS) in one SUBSCRIBE.
+func (h *hubConn) Subscribe(filters map[string]byte) *hubOp {
+	o := &hubOp{done: make(chan struct{}), filters: make([]string, 0, len(filters))}
+	qos := make([]byte, 0, len(filters))
+	for f, q := range filters {
+		o.filters = append(o.filters, f)
+		qos = append(qos, q)
+	}
+	return h.send(o, nil, func(id uint16) []byte { return encodeSubscribe(id, o.filters, qos) })
+}
+
+// Unsubscribe ends the subscriptions to topics in one UNSUBSCRIBE.
+func (h *hubConn) Unsubscribe(topics ...string) *hubOp {
+	return h.send(&hubOp{done: make(chan struct{})}, nil, func(id uint16) []byte { return encodeUnsubscribe(id, topics) })
+}
+
+// Close sends DISCONNECT after what was written before it, and stops.
+func (h *hubConn) Close() {
+	h.mu.Lock()
+	if h.closing {
+		h.mu.Unlock()
+		return
+	}
+	h.closing = true
+	conn := h.conn
+	close(h.stop)
+	h.mu.Unlock()
+	if conn != nil {
+		_, _ = conn.Write([]byte{pkDisconnect << 4, 0})
+		conn.Close() // the buffered connection writes what is pending first
+	}
+	<-h.done
+}
+
+// MQTT 3.1.1 packet types.
+const (
+	pkConnect    = 1
+	pkConnack    = 2
+	pkPublish    = 3
+	pkPuback     = 4
+	pkSubscribe  = 8
+	pkSuback     = 9
+	pkUnsub      = 10
+	pkUnsuback   = 11
+	pkPingreq    = 12
+	pkPingresp   = 13
+	pkDisconnect = 14
+)
+
+// maxPacket bounds the packets the claims read whole. The hub sends them
+// claims (about 200 bytes) and acknowledgements; a larger publication (a
+// device user's junk retained on a claim topic) is read up to maxPacket,
+// acknowledged and not handed on: no claim is that long.
+const maxPacket = 64 << 10
+
+// readPacket reads one packet: its type, its flags and its body (into buf
+// when it fits). A PUBLISH longer than maxPacket comes back cut to
+// maxPacket, the rest of it read and dropped (decodePublish marks it
+// truncated); any other packet that long is an error.
+func readPacket(r io.Reader, buf []byte) (typ, flags byte, body []byte, err error) {
+	var hdr [1]byte
+	if _, err = io.ReadFull(r, hdr[:]); err != nil {
+		return 0, 0, nil, err
+	}
+	n, mult := 0, 1
+	for i := 0; ; i++ {
+		var b [1]byte
+		if _, err = io.ReadFull(r, b[:]); err != nil {
+			return 0, 0, nil, err
+		}
+		n += int(b[0]&0x7f) * mult
+		if b[0]&0x80 == 0 {
+			break
+		}
+		if i == 3 {
+			return 0, 0, nil, errors.New("fleet: malformed remaining length from the broker")
+		}
+		mult <<= 7
+	}
+	typ, flags = hdr[0]>>4, hdr[0]&0x0f
+	keep := n
+	if n > maxPacket {
+		if typ != pkPublish {
+			return 0, 0, nil, fmt.Errorf("fleet: a packet of type %d and %d bytes from the broker", typ, n)
+		}
+		keep = maxPacket
+	}
+	if cap(buf) < keep {
+		buf = make([]byte, keep)
+	}
+	body = buf[:keep]
+	if _, err = io.ReadFull(r, body); err != nil {
+		return 0, 0, nil, err
+	}
+	if n > keep {
+		if _, err = io.CopyN(io.Discard, r, int64(n-keep)); err != nil {
+			return 0, 0, nil, err
+		}
+		flags |= flagTruncated
+	}
+	return typ, flags, body, nil
+}
+
+// flagTruncated marks, in the flags readPacket returns, a PUBLISH cut to
+// maxPacket (the fixed header's flags use the low four bits).
+const flagTruncated = 0x10
+
+// inPublish is a PUBLISH from the hub.
+type inPublish struct {
+	topic     string
+	payload   []byte
+	id        uint16
+	qos       byte
+	retained  bool
+	truncated bool
+}
+
+// decodePublish decodes the body of a PUBLISH with the fixed header's
+// flags.
+func decodePublish(flags byte, body []byte) (inPublish, error) {
+	p := inPublish{qos: (flags >> 1) & 3, retained: flags&1 == 1, truncated: flags&flagTruncated != 0}
+	if p.qos > 2 {
+		return p, errors.New("fleet: a PUBLISH of QoS 3 from the broker")
+	}
+	if len(body) < 2 {
+		return p, errors.New("fleet: a PUBLISH without a topic from the broker")
+	}
+	tl := int(binary.BigEndian.Uint16(body))
+	rest := body[2:]
+	if tl > len(rest) {
+		return p, errors.New("fleet: a PUBLISH whose topic is longer than the packet from the broker")
+	}
+	p.topic, rest = string(rest[:tl]), rest[tl:]
+	if p.qos > 0 {
+		if len(rest) < 2 {
+			return p, errors.New("fleet: a PUBLISH without its packet id from the broker")
+		}
+		p.id, rest = binary.BigEndian.Uint16(rest), rest[2:]
+	}
+	p.payload = rest
+	return p, nil
+}
+
+// appendLength appends an MQTT remaining length.
+func appendLength(b []byte, n int) []byte {
+	for {
+		d := byte(n & 0x7f)
+		n >>= 7
+		if n > 0 {
+			d |= 0x80
+		}
+		b = append(b, d)
+		if n == 0 {
+			return b
+		}
+	}
+}
+
+// appendString appends an MQTT UTF-8 string (length, then bytes).
+func appendString(b []byte, s string) []byte {
+	return append(binary.BigEndian.AppendUint16(b, uint16(len(s))), s...)
+}
+
+func encodeConnect(clientID, user, pass string, keepAlive time.Duration) []byte {
+	flags := byte(0x02) // clean session
+	n := 10 + 2 + len(clientID)
+	if user != "" {
+		flags |= 0x80 | 0x40
+		n += 2 + len(user) + 2 + len(pass)
+	}
+	b := appendLength([]byte{pkConnect << 4}, n)
+	b = appendString(b, "MQTT")
+	b = append(b, 4, flags)
+	b = binary.BigEndian.AppendUint16(b, uint16(keepAlive/time.Second))
+	b = appendString(b, clientID)
+	if user != "" {
+		b = appendString(b, user)
+		b = appendString(b, pass)
+	}
+	return b
+}
+
+// encodePublish encodes a PUBLISH: QoS 1 with packet id id (QoS 0 when
+// id is 0).
+func encodePublish(topic string, payload []byte, id uint16, retain bool) []byte {
+	h := byte(pkPublish << 4)
+	n := 2 + len(topic) + len(payload)
+	if id != 0 {
+		h |= 1 << 1
+		n += 2
+	}
+	if retain {
+		h |= 1
+	}
+	b := appendLength(append(make([]byte, 0, n+5), h), n)
+	b = appendString(b, topic)
+	if id != 0 {
+		b = binary.BigEndian.AppendUint16(b, id)
+	}
+	return append(b, payload...)
+}
+
+func encodeSubscribe(id uint16, filters []string, qos []byte) []byte {
+	n := 2
+	for _, f := range filters {
+		n += 2 + len(f) + 1
+	}
+	b := appendLength([]byte{pkSubscribe<<4 | 2}, n)
+	b = binary.BigEndian.AppendUint16(b, id)
+	for i, f := range filters {
+		b = append(appendString(b, f), qos[i])
+	}
+	return b
+}
+
+func encodeUnsubscribe(id uint16, topics []string) []byte {
+	n := 2
+	for _, t := range topics {
+		n += 2 + len(t)
+	}
+	b := appendLength([]byte{pkUnsub<<4 | 2}, n)
+	b = binary.BigEndian.AppendUint16(b, id)
+	for _, t := range topics {
+		b = appendString(b, t)
+	}
+	return b
+}
