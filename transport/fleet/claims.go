@@ -929,9 +929,12 @@ const maxBatch = 1024
 // acknowledgements) besides its claims' own; with a hub that sends every
 // packet at once (set_tcp_nodelay, as packaging/mosquitto/hub.conf sets
 // it), a device of a large fleet gets every N-th fleet task, its batches
-// carried one claim each, and the batches cost more than the claims
-// (BenchmarkClaimSparse, docs/fleet.md).
-var batchLinger = 20 * time.Millisecond
+// carried one or two claims each, and the batches cost more than the
+// claims; and the claims decided together make the agent save once for
+// several fleet tasks, where it saved once or twice a task (make
+// fleet-sim prints the saves per task; docs/fleet.md). So a fleet task in
+// a stream waits up to batchLinger more for its claim.
+var batchLinger = 100 * time.Millisecond
 
 // batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
 // batch goes (the Claim calls waiting for it give up at ClaimTimeout).

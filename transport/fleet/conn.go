@@ -53,10 +53,10 @@ type hubConn struct {
 	log       zerolog.Logger
 
 	mu      sync.Mutex
-	conn    net.Conn   // nil while not connected
+	conn    net.Conn          // nil while not connected
 	ops     map[uint16]*hubOp // packet id → what waits for its acknowledgement
 	nextID  uint16
-	held    []heldPub // publications made while not connected, sent at the next connection
+	held    []heldPub    // publications made while not connected, sent at the next connection
 	lastIn  atomic.Int64 // when the last packet came from the hub (unix nanoseconds)
 	closing bool
 	stop    chan struct{} // closed by Close
