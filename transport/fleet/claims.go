@@ -284,7 +284,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 	}
 	// Every message of this connection is a claim (or a barrier): they all
 	// go to onClaim, one at a time, in the order they came.
-	c.client = &hubConn{url: u, tc: tc, clientID: clientID, user: cfg.Username, pass: cfg.Password,
+	c.client = newHubConn(hubConfig{url: u, tc: tc, clientID: clientID, user: cfg.Username, pass: cfg.Password,
 		keepAlive: 30 * time.Second, handler: c.onClaim, log: cfg.Log,
 		onUp: func() {
 			c.mu.Lock()
@@ -300,7 +300,7 @@ func NewClaims(cfg ClaimsConfig) (*Claims, error) {
 			c.mu.Lock()
 			c.up = false
 			c.mu.Unlock()
-		}}
+		}})
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop = cancel
 	go c.sweep(ctx)

@@ -41,6 +41,32 @@ import (
 // of Claims still waits for its own message: a hub may queue a
 // subscription's retained messages after its SUBACK).
 type hubConn struct {
+	hubConfig
+
+	mu      sync.Mutex
+	room    sync.Cond         // signalled when an operation ended (a packet id is free again)
+	conn    net.Conn          // nil while not connected
+	ops     map[uint16]*hubOp // packet id → what waits for its acknowledgement
+	nextID  uint16
+	held    []heldPub    // publications made while not connected, sent at the next connection
+	lastIn  atomic.Int64 // when the last packet came from the hub (unix nanoseconds)
+	started bool
+	closing bool
+	stop    chan struct{} // closed by Close
+	done    chan struct{} // closed when run returned
+}
+
+// newHubConn returns a hubConn that is not connected yet (start).
+func newHubConn(cfg hubConfig) *hubConn {
+	c := &hubConn{hubConfig: cfg}
+	c.room.L = &c.mu
+	c.ops = map[uint16]*hubOp{}
+	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	return c
+}
+
+// hubConfig is what a hubConn connects with, and whom it tells.
+type hubConfig struct {
 	url       *url.URL
 	tc        *tls.Config
 	clientID  string
@@ -51,16 +77,6 @@ type hubConn struct {
 	onUp      func()
 	onDown    func(error)
 	log       zerolog.Logger
-
-	mu      sync.Mutex
-	conn    net.Conn          // nil while not connected
-	ops     map[uint16]*hubOp // packet id → what waits for its acknowledgement
-	nextID  uint16
-	held    []heldPub    // publications made while not connected, sent at the next connection
-	lastIn  atomic.Int64 // when the last packet came from the hub (unix nanoseconds)
-	closing bool
-	stop    chan struct{} // closed by Close
-	done    chan struct{} // closed when run returned
 }
 
 // hubOp is one publication, subscription or unsubscription on its way: done
@@ -131,8 +147,12 @@ const (
 
 // start connects in the background, again after every loss, until Close.
 func (h *hubConn) start() {
-	h.ops = map[uint16]*hubOp{}
-	h.stop, h.done = make(chan struct{}), make(chan struct{})
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started || h.closing {
+		return
+	}
+	h.started = true
 	go h.run()
 }
 
@@ -183,6 +203,7 @@ func (h *hubConn) run() {
 		ops := h.ops
 		h.ops = map[uint16]*hubOp{}
 		closing := h.closing
+		h.room.Broadcast()
 		h.mu.Unlock()
 		conn.Close()
 		for _, o := range ops {
@@ -289,6 +310,9 @@ func (h *hubConn) read(r io.Reader) error {
 			if err != nil {
 				return err
 			}
+			if p.qos == 2 {
+				return errors.New("fleet: a PUBLISH of QoS 2 from the broker, on subscriptions of QoS 1")
+			}
 			if !p.truncated && h.handler != nil {
 				h.handler(p.topic, p.payload, p.retained)
 			}
@@ -303,6 +327,7 @@ func (h *hubConn) read(r io.Reader) error {
 			h.mu.Lock()
 			o := h.ops[id]
 			delete(h.ops, id)
+			h.room.Signal()
 			h.mu.Unlock()
 			if o != nil {
 				if typ == pkSuback {
@@ -333,11 +358,27 @@ func (h *hubConn) write(pk []byte) bool {
 	return true
 }
 
+// maxInFlight bounds the operations waiting for their acknowledgement (the
+// packet ids in use).
+const maxInFlight = 60_000
+
 // send registers o under a new packet id, encodes its packet with enc and
 // writes it. When not connected, o fails at once (and hold, when set, is
-// kept for the next connection).
+// kept for the next connection). With maxInFlight operations on their way,
+// a held publication (made off the reading goroutine: done claims,
+// clearings) waits for room; any other fails (the reader itself may be the
+// caller, and only it frees room).
 func (h *hubConn) send(o *hubOp, hold *heldPub, enc func(id uint16) []byte) *hubOp {
 	h.mu.Lock()
+	for hold != nil && h.conn != nil && !h.closing && len(h.ops) >= maxInFlight {
+		h.room.Wait()
+	}
+	if h.conn != nil && len(h.ops) >= maxInFlight {
+		h.mu.Unlock()
+		o.err = errors.New("too many publications waiting for the broker's acknowledgement")
+		close(o.done)
+		return o
+	}
 	if h.conn == nil || h.closing {
 		if hold != nil && !h.closing {
 			if len(h.held) >= maxHeld {
@@ -403,14 +444,17 @@ func (h *hubConn) Close() {
 		return
 	}
 	h.closing = true
-	conn := h.conn
+	conn, started := h.conn, h.started
 	close(h.stop)
+	h.room.Broadcast()
 	h.mu.Unlock()
 	if conn != nil {
 		_, _ = conn.Write([]byte{pkDisconnect << 4, 0})
 		conn.Close() // the buffered connection writes what is pending first
 	}
-	<-h.done
+	if started {
+		<-h.done
+	}
 }
 
 // MQTT 3.1.1 packet types.
@@ -500,7 +544,7 @@ type inPublish struct {
 // flags.
 func decodePublish(flags byte, body []byte) (inPublish, error) {
 	p := inPublish{qos: (flags >> 1) & 3, retained: flags&1 == 1, truncated: flags&flagTruncated != 0}
-	if p.qos > 2 {
+	if p.qos == 3 {
 		return p, errors.New("fleet: a PUBLISH of QoS 3 from the broker")
 	}
 	if len(body) < 2 {
