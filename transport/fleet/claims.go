@@ -933,8 +933,14 @@ const maxBatch = 1024
 // claims; and the claims decided together make the agent save once for
 // several fleet tasks, where it saved once or twice a task (make
 // fleet-sim prints the saves per task; docs/fleet.md). So a fleet task in
-// a stream waits up to batchLinger more for its claim.
+// a stream waits up to batchLinger more for its claim, unless lingerFull
+// claims wait: then their batch goes at once (a device that may hold only
+// so many fleet tasks unacknowledged, Mosquitto's max_inflight_messages,
+// would otherwise claim at most that many per batchLinger).
 var batchLinger = 100 * time.Millisecond
+
+// lingerFull is how many claims waiting for their batch end its wait.
+const lingerFull = 16
 
 // batchTimeout bounds the wait for a SUBACK or UNSUBACK before the next
 // batch goes (the Claim calls waiting for it give up at ClaimTimeout).
@@ -1105,7 +1111,10 @@ func (c *Claims) subscriptions(ctx context.Context) {
 		}
 		var filters map[string]byte
 		subDue := subTok == nil && len(c.subQ) > 0
-		if subDue && subLinger == nil {
+		if subDue && len(c.subQ) >= lingerFull {
+			subLinger = nil // enough claims wait: their batch goes now
+		}
+		if subDue && subLinger == nil && len(c.subQ) < lingerFull {
 			if wait := c.linger - time.Since(lastSub); wait > 0 {
 				subLinger = time.After(wait)
 			}

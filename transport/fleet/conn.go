@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -13,7 +14,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
@@ -31,10 +31,10 @@ import (
 // claim cost the device more processor time in goroutine wake-ups than in
 // anything it did (go test -bench 'BenchmarkClaimSparse|BenchmarkClaimStream'
 // ./transport/fleet/; docs/fleet.md has the figures). Here one goroutine
-// reads the connection and hands each message to the handler itself, in
-// the order they came, and a packet is written by whoever sends it (through
-// the project's buffered connection, mqtt.Opener, whose flusher gathers the
-// packets sent while a write is under way).
+// reads the connection (through a buffer) and hands each message to the
+// handler itself, in the order they came, and a packet is written by
+// whoever sends it, at once: no goroutine of the client's own wakes for a
+// packet.
 //
 // Order: the handler sees the messages in the order the hub sent them, and
 // a SUBACK is handled only after the messages read before it (the barrier
@@ -42,6 +42,8 @@ import (
 // subscription's retained messages after its SUBACK).
 type hubConn struct {
 	hubConfig
+
+	wmu sync.Mutex // one packet written at a time, whole
 
 	mu      sync.Mutex
 	room    sync.Cond         // signalled when an operation ended (a packet id is free again)
@@ -225,12 +227,10 @@ func (h *hubConn) run() {
 	}
 }
 
-// connect dials the hub (mqtt.Opener: TCP or TLS, the proxy of the
-// environment, a read buffer and gathered writes) and sends CONNECT.
+// connect dials the hub (mqtt.DialBroker: TCP or TLS, through the proxy
+// of the environment) and sends CONNECT.
 func (h *hubConn) connect() (net.Conn, io.Reader, error) {
-	opts := paho.NewClientOptions()
-	opts.SetConnectTimeout(connectTimeout)
-	conn, err := mqtt.Opener(h.tc)(h.url, *opts)
+	conn, err := mqtt.DialBroker(h.url, h.tc, connectTimeout)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -239,7 +239,8 @@ func (h *hubConn) connect() (net.Conn, io.Reader, error) {
 		conn.Close()
 		return nil, nil, err
 	}
-	typ, _, body, err := readPacket(conn, nil)
+	r := bufio.NewReaderSize(conn, readBuffer)
+	typ, _, body, err := readPacket(r, nil)
 	if err == nil && (typ != pkConnack || len(body) != 2) {
 		err = fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
 	}
@@ -251,7 +252,29 @@ func (h *hubConn) connect() (net.Conn, io.Reader, error) {
 		return nil, nil, err
 	}
 	_ = conn.SetDeadline(time.Time{})
-	return conn, conn, nil
+	return conn, r, nil
+}
+
+// readBuffer is the claims' read buffer: a batch's retained claims and
+// echoes come in a few reads.
+const readBuffer = 16 << 10
+
+// writeTimeout bounds one packet's write: a hub that does not read for
+// that long is taken for gone (the connection is closed and made again).
+const writeTimeout = 10 * time.Second
+
+// writeTo writes one packet on conn, whole; on failure it closes conn (its
+// reader then fails, and the connection is made again).
+func (h *hubConn) writeTo(conn net.Conn, pk []byte) bool {
+	h.wmu.Lock()
+	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
+	_, err := conn.Write(pk)
+	h.wmu.Unlock()
+	if err != nil {
+		conn.Close()
+		return false
+	}
+	return true
 }
 
 // connackReason names an MQTT 3.1.1 CONNACK return code.
@@ -287,7 +310,7 @@ func (h *hubConn) ping(conn net.Conn, done chan struct{}) {
 				conn.Close()
 				return
 			}
-			if _, err := conn.Write([]byte{pkPingreq << 4, 0}); err != nil {
+			if !h.writeTo(conn, []byte{pkPingreq << 4, 0}) {
 				return
 			}
 		}
@@ -351,11 +374,7 @@ func (h *hubConn) write(pk []byte) bool {
 	if conn == nil {
 		return false
 	}
-	if _, err := conn.Write(pk); err != nil {
-		conn.Close()
-		return false
-	}
-	return true
+	return h.writeTo(conn, pk)
 }
 
 // maxInFlight bounds the operations waiting for their acknowledgement (the
@@ -401,9 +420,7 @@ func (h *hubConn) send(o *hubOp, hold *heldPub, enc func(id uint16) []byte) *hub
 	h.ops[id] = o
 	conn := h.conn
 	h.mu.Unlock()
-	if _, err := conn.Write(enc(id)); err != nil {
-		conn.Close() // the reader fails, and fails o
-	}
+	h.writeTo(conn, enc(id)) // on failure the reader fails, and fails o
 	return o
 }
 
@@ -449,8 +466,8 @@ func (h *hubConn) Close() {
 	h.room.Broadcast()
 	h.mu.Unlock()
 	if conn != nil {
-		_, _ = conn.Write([]byte{pkDisconnect << 4, 0})
-		conn.Close() // the buffered connection writes what is pending first
+		h.writeTo(conn, []byte{pkDisconnect << 4, 0})
+		conn.Close()
 	}
 	if started {
 		<-h.done

@@ -78,6 +78,42 @@ func TestClaimsLinger(t *testing.T) {
 	}
 }
 
+// TestClaimsLingerFull: lingerFull claims waiting for their batch end its
+// wait; they do not wait out batchLinger (a device the hub lets hold only
+// so many fleet tasks unacknowledged would claim that many per linger).
+func TestClaimsLingerFull(t *testing.T) {
+	old := batchLinger
+	batchLinger = time.Hour
+	t.Cleanup(func() { batchLinger = old })
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
+		t.Fatalf("first: %v %v", mine, err)
+	}
+	var wg sync.WaitGroup
+	for i := range lingerFull {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := "f-" + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				t.Errorf("%s: %v %v", id, mine, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if sub, _ := c.Batches(); sub != 2 {
+		t.Errorf("%d SUBSCRIBE packets, want 2: the first claim's, then the %d others' together", sub, lingerFull)
+	}
+}
+
 // BenchmarkClaimStream: one device's claims against Mosquitto with
 // set_tcp_nodelay (as packaging/mosquitto/hub.conf sets it), 64 tasks at a
 // time, each marked done once claimed: the processor time of the claims

@@ -149,39 +149,49 @@ func (c *bufferedConn) Close() error {
 }
 
 // Opener returns paho's CustomOpenConnectionFn for a client of the project:
-// a TCP or TLS connection (tc nil or not) with a read buffer and coalesced
-// writes (bufferedConn), dialled as paho's own opener dials the schemes
-// ParseBrokerURL accepts: through the proxy that ALL_PROXY names (NO_PROXY
-// excepted), and within the connect timeout. Every paho client the project makes (an agent's, the daemon's,
-// the CLI's, the fleet's claims) opens its connection through it.
+// a connection made by DialBroker, with a read buffer and coalesced writes
+// (bufferedConn). Every paho client the project makes (an agent's, the
+// daemon's, the CLI's) opens its connection through it.
 func Opener(tc *tls.Config) paho.OpenConnectionFunc {
 	return func(u *url.URL, o paho.ClientOptions) (net.Conn, error) {
-		ctx, cancel := context.WithTimeout(context.Background(), o.ConnectTimeout)
-		defer cancel()
-		d := proxy.FromEnvironmentUsing(&net.Dialer{Timeout: o.ConnectTimeout})
-		var conn net.Conn
-		var err error
-		if cd, ok := d.(proxy.ContextDialer); ok {
-			conn, err = cd.DialContext(ctx, "tcp", u.Host)
-		} else {
-			conn, err = d.Dial("tcp", u.Host)
-		}
+		conn, err := DialBroker(u, tc, o.ConnectTimeout)
 		if err != nil {
 			return nil, err
 		}
-		if tc != nil {
-			cfg := tc
-			if cfg.ServerName == "" {
-				cfg = tc.Clone()
-				cfg.ServerName = u.Hostname()
-			}
-			tlsConn := tls.Client(conn, cfg)
-			if err := tlsConn.HandshakeContext(ctx); err != nil {
-				conn.Close()
-				return nil, err
-			}
-			conn = tlsConn
-		}
 		return newBufferedConn(conn), nil
 	}
+}
+
+// DialBroker connects to the broker at u (a URL ParseBrokerURL accepted) as
+// paho's own opener dials it: TCP, then TLS when tc is set, through the
+// proxy that ALL_PROXY names (NO_PROXY excepted), all within timeout. The
+// fleet's claims, which are no paho client, dial with it too.
+func DialBroker(u *url.URL, tc *tls.Config, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	d := proxy.FromEnvironmentUsing(&net.Dialer{Timeout: timeout})
+	var conn net.Conn
+	var err error
+	if cd, ok := d.(proxy.ContextDialer); ok {
+		conn, err = cd.DialContext(ctx, "tcp", u.Host)
+	} else {
+		conn, err = d.Dial("tcp", u.Host)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if tc != nil {
+		cfg := tc
+		if cfg.ServerName == "" {
+			cfg = tc.Clone()
+			cfg.ServerName = u.Hostname()
+		}
+		tlsConn := tls.Client(conn, cfg)
+		if err := tlsConn.HandshakeContext(ctx); err != nil {
+			conn.Close()
+			return nil, err
+		}
+		conn = tlsConn
+	}
+	return conn, nil
 }
