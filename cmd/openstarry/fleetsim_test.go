@@ -277,6 +277,16 @@ func TestFleetSim(t *testing.T) {
 		return all, hub
 	}
 	perTask := func(d time.Duration, tasks int) float64 { return float64(d.Microseconds()) / 1000 / float64(tasks) }
+	// switches is how many times the devices' threads (daemons and
+	// agents) gave up or were taken off a processor so far: each wake-up
+	// of a goroutine that found its thread asleep costs one.
+	switches := func() int64 {
+		var total int64
+		for _, d := range devs {
+			total += treeSwitches(d.d.cmd.Process.Pid)
+		}
+		return total
+	}
 	// saves is how many snapshot saves the masters made so far (each
 	// daemon's /metrics).
 	saves := func() int64 {
@@ -318,6 +328,7 @@ func TestFleetSim(t *testing.T) {
 		cpu, hub       time.Duration // processor time of the devices and hub; of the hub
 		idle           float64       // processor time per second of the idle fleet before it
 		sent, saves    int64         // hub messages sent, the masters' snapshot saves
+		switches       int64         // the devices' context switches
 		latency, claim string        // from latency
 	}
 	// run publishes perDevice tasks per device with ids prefix..., to the
@@ -337,6 +348,7 @@ func TestFleetSim(t *testing.T) {
 		// Before the clock starts: cpu runs pgrep once per device, which
 		// took the phase a few hundred milliseconds at N = 30.
 		cpu0, hub0 := cpu()
+		sw0 := switches()
 		start := time.Now()
 		if fleetTasks {
 			publish(mqtt.FleetTopic("openstarry"), list)
@@ -354,6 +366,7 @@ func TestFleetSim(t *testing.T) {
 		runAll(prefix, time.Duration(120+n*3)*time.Second)
 		ph.took = time.Since(start)
 		ph.cpu, ph.hub = cpu()
+		ph.switches = switches() - sw0
 		ph.cpu, ph.hub = ph.cpu-cpu0, ph.hub-hub0
 		ph.saves = saves() - saves0
 		per = checkOnce(prefix)
@@ -467,9 +480,9 @@ func TestFleetSim(t *testing.T) {
 	for i := range fleetPhases {
 		f, d := fleetPhases[i], directPhases[i]
 		fleetAll.took, fleetAll.cpu, fleetAll.hub, fleetAll.idle = fleetAll.took+f.took, fleetAll.cpu+f.cpu, fleetAll.hub+f.hub, fleetAll.idle+f.idle
-		fleetAll.sent, fleetAll.saves = fleetAll.sent+f.sent, fleetAll.saves+f.saves
+		fleetAll.sent, fleetAll.saves, fleetAll.switches = fleetAll.sent+f.sent, fleetAll.saves+f.saves, fleetAll.switches+f.switches
 		directAll.took, directAll.cpu, directAll.hub, directAll.idle = directAll.took+d.took, directAll.cpu+d.cpu, directAll.hub+d.hub, directAll.idle+d.idle
-		directAll.sent, directAll.saves = directAll.sent+d.sent, directAll.saves+d.saves
+		directAll.sent, directAll.saves, directAll.switches = directAll.sent+d.sent, directAll.saves+d.saves, directAll.switches+d.switches
 		fleetBeyond += beyondIdle(f.cpu, f.idle, f.took)
 		directBeyond += beyondIdle(d.cpu, d.idle, d.took)
 		ratios = append(ratios, fmt.Sprintf("%.2f", f.took.Seconds()/d.took.Seconds()))
@@ -492,6 +505,8 @@ func TestFleetSim(t *testing.T) {
 			fleetPhases[0].latency, fleetPhases[0].claim, directPhases[0].latency),
 		fmt.Sprintf("snapshot saves per task (the masters'): fleet %.2f, direct %.2f",
 			float64(fleetAll.saves)/float64(tasks1*rounds), float64(directAll.saves)/float64(tasks1*rounds)),
+		fmt.Sprintf("context switches per task (the devices' threads): fleet %.1f, direct %.1f",
+			float64(fleetAll.switches)/float64(tasks1*rounds), float64(directAll.switches)/float64(tasks1*rounds)),
 		fmt.Sprintf("resident memory per device (daemon + master): %.1f MiB", float64(rss)/float64(n)/(1<<20)),
 		fmt.Sprintf("fleet tasks with %d devices SIGKILLed and restarted, %d down for good: %d, each run once; %d published again (2s unclaimed); all results %s after the last restart",
 			kills, down, len(tasks), republished, converge.Round(10*time.Millisecond)),
@@ -551,6 +566,42 @@ func procCPU(pid int) time.Duration {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return time.Duration(u+st) * 10 * time.Millisecond
+}
+
+// procSwitches is the context switches of every thread of process pid,
+// voluntary and not, from /proc/PID/task/*/status; 0 where there is no
+// /proc.
+func procSwitches(pid int) int64 {
+	files, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(pid), "task", "*", "status"))
+	var total int64
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				total += n
+			}
+		}
+	}
+	return total
+}
+
+// treeSwitches is procSwitches of pid and its children.
+func treeSwitches(pid int) int64 {
+	total := procSwitches(pid)
+	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
+	if err != nil {
+		return total
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if c, err := strconv.Atoi(f); err == nil {
+			total += procSwitches(c)
+		}
+	}
+	return total
 }
 
 // treeCPU is the processor time of pid and its children.
