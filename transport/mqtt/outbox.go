@@ -91,9 +91,9 @@ func (c *Client) publishLoop() {
 		up, gen := c.conn, c.gen
 		c.mu.Unlock()
 
-		// The reports go out before the results of this pass; a "done"
-		// report alone waits for its result (Progress).
-		if len(reports) > 0 && (fresh || ticked || reports[len(reports)-1].Phase != phaseDone) {
+		// The reports go out before the results of this pass; "done"
+		// reports alone wait for their results (Progress).
+		if len(reports) > 0 && (fresh || ticked || !allDone(reports)) {
 			if up {
 				c.publishProgress(reports)
 			}
@@ -235,6 +235,16 @@ func (c *Client) Progress(taskID string, percent int, phase string) {
 
 // phaseDone is the phase of a task's last report (agent.Runtime's).
 const phaseDone = "done"
+
+// allDone reports whether every report of batch is a task's "done".
+func allDone(batch []progressMsg) bool {
+	for _, p := range batch {
+		if p.Phase != phaseDone {
+			return false
+		}
+	}
+	return true
+}
 
 // publishProgress publishes the reports in batch (QoS 0, not waited for).
 func (c *Client) publishProgress(batch []progressMsg) {

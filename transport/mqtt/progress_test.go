@@ -51,6 +51,12 @@ func TestProgressDoneWaitsForResult(t *testing.T) {
 	default:
 		t.Fatal(`a "thinking" report did not wake the publisher`)
 	}
+	// Only a batch of "done" reports waits: another task's report in it
+	// is published at once, and the "done" reports with it.
+	if !allDone([]progressMsg{{"t1", 100, "done"}, {"t4", 100, "done"}}) ||
+		allDone([]progressMsg{{"t1", 100, "done"}, {"t2", 0, "thinking"}}) {
+		t.Error("allDone")
+	}
 	for i := range 2 * maxReports {
 		c.Progress("t3", i, "thinking")
 	}
