@@ -236,6 +236,15 @@ func (c *Client) Progress(taskID string, percent int, phase string) {
 // phaseDone is the phase of a task's last report (agent.Runtime's).
 const phaseDone = "done"
 
+// supersedes reports whether report p, of the same task as prev, replaces
+// prev while both wait (pendingProgress).
+func supersedes(p, prev progressMsg) bool {
+	return p.Phase != phaseDone || prev.Phase == phaseDone || prev.Phase == phaseThinking
+}
+
+// phaseThinking is the phase of a step's first report (agent.Runtime's).
+const phaseThinking = "thinking"
+
 // allDone reports whether every report of batch is a task's "done".
 func allDone(batch []progressMsg) bool {
 	for _, p := range batch {
@@ -255,13 +264,15 @@ func (c *Client) publishProgress(batch []progressMsg) {
 }
 
 // pendingProgress appends to batch the reports waiting in reports, each
-// replacing the one before it when both are of the same task: an echo
-// task's "thinking" and "done" come microseconds apart, and publishing both
-// cost a message to the broker, and its routing, per task for a report
-// already stale.
+// replacing the one before it when both are of the same task (a model's
+// token counts come many a second), except that a "done" replaces only a
+// plain "thinking": an echo task's "thinking" and "done" come microseconds
+// apart, and publishing both cost a message to the broker, and its
+// routing, per task for a report already stale; a report that says more
+// (the model's last token count, a tool) is published before the "done".
 func pendingProgress(batch, reports []progressMsg) []progressMsg {
 	for _, p := range reports {
-		if n := len(batch); n > 0 && batch[n-1].TaskID == p.TaskID {
+		if n := len(batch); n > 0 && batch[n-1].TaskID == p.TaskID && supersedes(p, batch[n-1]) {
 			batch[n-1] = p
 		} else {
 			batch = append(batch, p)

@@ -7,7 +7,9 @@ import (
 
 // Progress reports that pile up before the publisher takes them are
 // published in order, a task's later report replacing its earlier one
-// still waiting; another task's report is never dropped for it.
+// still waiting (a "done" replaces only a plain "thinking": the last token
+// count is published before it); another task's report is never dropped
+// for it.
 func TestProgressCoalesced(t *testing.T) {
 	c, err := New(Config{Broker: "tcp://127.0.0.1:1", Device: "d1", Agent: "a1"})
 	if err != nil {
@@ -17,12 +19,14 @@ func TestProgressCoalesced(t *testing.T) {
 	for _, p := range []progressMsg{
 		{"t1", 0, "thinking"}, {"t1", 100, "done"},
 		{"t2", 0, "thinking"}, {"t2", 0, "tool:sleep_ms"},
-		{"t3", 0, "thinking"},
+		{"t3", 0, "thinking"}, {"t3", 0, "thinking: 5 tokens"}, {"t3", 0, "thinking: 9 tokens"}, {"t3", 100, "done"},
+		{"t4", 100, "done"},
 	} {
 		c.Progress(p.TaskID, p.Percent, p.Phase)
 	}
 	got := pendingProgress(nil, c.reports)
-	want := []progressMsg{{"t1", 100, "done"}, {"t2", 0, "tool:sleep_ms"}, {"t3", 0, "thinking"}}
+	want := []progressMsg{{"t1", 100, "done"}, {"t2", 0, "tool:sleep_ms"},
+		{"t3", 0, "thinking: 9 tokens"}, {"t3", 100, "done"}, {"t4", 100, "done"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("published %+v, want %+v", got, want)
 	}
