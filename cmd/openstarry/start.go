@@ -91,6 +91,7 @@ directory, 1 on any other error.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			survivePipeClose()
+			oneProcessor()
 			cfg, err := f.load(cmd)
 			if err != nil {
 				return err

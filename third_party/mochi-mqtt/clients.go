@@ -18,8 +18,16 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/mochi-mqtt/server/v2/mempool"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
+
+// OPENSTARRY: writeBufs holds the buffers WritePacket encodes packets into
+// and the outbound buffers it gathers them in (upstream allocated a new
+// bytes.Buffer for every packet and for every batch, and let it grow:
+// 11% of the bytes a loaded embedded broker allocated); a buffer grown
+// past 64 KiB is left to the collector.
+var writeBufs = mempool.NewBuffer(64 << 10)
 
 const (
 	defaultKeepalive             uint16 = 10 // the default connection keepalive value in seconds.
@@ -558,7 +566,8 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 	pk = cl.ops.hooks.OnPacketEncode(cl, pk)
 
 	var err error
-	buf := new(bytes.Buffer)
+	buf := writeBufs.Get() // OPENSTARRY: pooled (writeBufs)
+	defer writeBufs.Put(buf)
 	switch pk.FixedHeader.Type {
 	case packets.Connect:
 		err = pk.ConnectEncode(buf)
@@ -620,7 +629,7 @@ func (cl *Client) WritePacket(pk packets.Packet) error {
 			if buf.Len() >= cl.ops.options.ClientNetWriteBufferSize {
 				return buf.WriteTo(cl.Net.Conn)
 			}
-			cl.Net.outbuf = new(bytes.Buffer)
+			cl.Net.outbuf = writeBufs.Get() // OPENSTARRY: pooled (writeBufs)
 		}
 
 		n, _ := cl.Net.outbuf.Write(buf.Bytes()) // will always be successful
@@ -653,6 +662,7 @@ func (cl *Client) flushOutbuf() (err error) {
 
 	_, err = cl.Net.outbuf.WriteTo(cl.Net.Conn)
 	if err == nil {
+		writeBufs.Put(cl.Net.outbuf) // OPENSTARRY: pooled (writeBufs)
 		cl.Net.outbuf = nil
 	}
 	return

@@ -170,6 +170,18 @@ func (s *SharedSubscriptions) Len() int {
 }
 
 // GetAll returns all shared subscription groups and their subscriptions.
+// each calls f with every shared subscription, under the read lock,
+// without copying them (OPENSTARRY: as Subscriptions.each).
+func (s *SharedSubscriptions) each(f func(id string, sub packets.Subscription)) {
+	s.RLock()
+	defer s.RUnlock()
+	for _, subs := range s.internal {
+		for id, sub := range subs {
+			f(id, sub)
+		}
+	}
+}
+
 func (s *SharedSubscriptions) GetAll() map[string]map[string]packets.Subscription {
 	s.RLock()
 	defer s.RUnlock()
@@ -220,6 +232,16 @@ func (s *InlineSubscriptions) GetAll() map[int]InlineSubscription {
 		m[k] = v
 	}
 	return m
+}
+
+// each calls f with every inline subscription, under the read lock,
+// without copying them (OPENSTARRY: as Subscriptions.each).
+func (s *InlineSubscriptions) each(f func(id int, sub InlineSubscription)) {
+	s.RLock()
+	defer s.RUnlock()
+	for k, v := range s.internal {
+		f(k, v)
+	}
 }
 
 // Get returns an internal subscription for a client id.
@@ -275,6 +297,17 @@ func (s *Subscriptions) GetAll() map[string]packets.Subscription {
 		m[k] = v
 	}
 	return m
+}
+
+// each calls f with every subscription, under the read lock, without
+// copying them (OPENSTARRY: GetAll copied the map for every PUBLISH routed;
+// f must not call back into s).
+func (s *Subscriptions) each(f func(id string, sub packets.Subscription)) {
+	s.RLock()
+	defer s.RUnlock()
+	for k, v := range s.internal {
+		f(k, v)
+	}
 }
 
 // Get returns a subscriptions for a specific client or filter id.
@@ -633,9 +666,9 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 		subs.Subscriptions = map[string]packets.Subscription{}
 	}
 
-	for client, sub := range particle.subscriptions.GetAll() {
+	particle.subscriptions.each(func(client string, sub packets.Subscription) { // OPENSTARRY: no copy (each)
 		if len(sub.Filter) > 0 && topic[0] == '$' && (sub.Filter[0] == '+' || sub.Filter[0] == '#') { // don't match $ topics with top level wildcards [MQTT-4.7.1-1] [MQTT-4.7.1-2]
-			continue
+			return
 		}
 
 		cls, ok := subs.Subscriptions[client]
@@ -644,7 +677,7 @@ func (x *TopicsIndex) gatherSubscriptions(topic string, particle *particle, subs
 		}
 
 		subs.Subscriptions[client] = cls.Merge(sub)
-	}
+	})
 }
 
 // gatherSharedSubscriptions gathers all shared subscriptions for a particle.
@@ -653,15 +686,13 @@ func (x *TopicsIndex) gatherSharedSubscriptions(particle *particle, subs *Subscr
 		subs.Shared = map[string]map[string]packets.Subscription{}
 	}
 
-	for _, shares := range particle.shared.GetAll() {
-		for client, sub := range shares {
-			if _, ok := subs.Shared[sub.Filter]; !ok {
-				subs.Shared[sub.Filter] = map[string]packets.Subscription{}
-			}
-
-			subs.Shared[sub.Filter][client] = sub
+	particle.shared.each(func(client string, sub packets.Subscription) { // OPENSTARRY: no copy (each)
+		if _, ok := subs.Shared[sub.Filter]; !ok {
+			subs.Shared[sub.Filter] = map[string]packets.Subscription{}
 		}
-	}
+
+		subs.Shared[sub.Filter][client] = sub
+	})
 }
 
 // gatherSharedSubscriptions gathers all inline subscriptions for a particle.
@@ -670,9 +701,9 @@ func (x *TopicsIndex) gatherInlineSubscriptions(particle *particle, subs *Subscr
 		subs.InlineSubscriptions = map[int]InlineSubscription{}
 	}
 
-	for id, inline := range particle.inlineSubscriptions.GetAll() {
+	particle.inlineSubscriptions.each(func(id int, inline InlineSubscription) { // OPENSTARRY: no copy (each)
 		subs.InlineSubscriptions[id] = inline
-	}
+	})
 }
 
 // isolateParticle extracts a particle between d / and d+1 / without allocations.

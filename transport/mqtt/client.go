@@ -75,12 +75,13 @@ type Client struct {
 	acks    []*taken      // the runtime's answers, for ackLoop
 	ackWake chan struct{} // nudges ackLoop
 
-	mu       sync.Mutex // guards incoming, conn, gen, started, closed
-	incoming []*pending // results handed over by Deliver, not yet seen by the publisher
-	lastSeq  uint64     // highest Seq handed over
-	anySeq   bool       // lastSeq is set
-	conn     bool       // a connection is up
-	gen      uint64     // connections so far
+	mu       sync.Mutex    // guards incoming, reports, conn, gen, started, closed
+	incoming []*pending    // results handed over by Deliver, not yet seen by the publisher
+	reports  []progressMsg // progress reports not yet seen by the publisher, in order
+	lastSeq  uint64        // highest Seq handed over
+	anySeq   bool          // lastSeq is set
+	conn     bool          // a connection is up
+	gen      uint64        // connections so far
 	started  bool
 	closed   bool
 
@@ -91,7 +92,6 @@ type Client struct {
 	// checkEvery is how often the publish loop looks at a result waiting
 	// to be published again or waiting for its PUBACK.
 	checkEvery time.Duration
-	progress   chan progressMsg
 
 	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
 	store      *resumeStore // paho's store; tells which publications paho resumed
@@ -118,7 +118,6 @@ func New(cfg Config) (*Client, error) {
 		ackWake:    make(chan struct{}, 1),
 		checkEvery: time.Second,
 		subscribed: make(chan struct{}),
-		progress:   make(chan progressMsg, 256),
 		store:      newResumeStore(),
 		rejected:   newRejectedSet(cfg.StateDir),
 		instance:   NewInstance(""),
@@ -187,9 +186,8 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 	c.started = true
 	c.mu.Unlock()
 	c.rt = rt
-	c.wg.Add(3)
+	c.wg.Add(2)
 	go c.publishLoop()
-	go c.progressLoop()
 	go c.ackLoop()
 
 	tok := c.pc.Connect()

@@ -192,6 +192,33 @@ func TestMQTTTaskResultAndProgress(t *testing.T) {
 			}
 			return false
 		})
+		// A task's "done" report waits for its result and goes out just
+		// before it (Progress), never after it or not at all.
+		for _, id := range []string{"t1", "t2"} {
+			done, result := -1, -1
+			wait.For(t, 5*time.Second, id+`'s "done" report`, func() bool {
+				done, result = -1, -1
+				for i, m := range col.Messages("") {
+					var p struct {
+						TaskID string `json:"task_id"`
+						Phase  string `json:"phase"`
+					}
+					if json.Unmarshal(m.Payload, &p) != nil || p.TaskID != id {
+						continue
+					}
+					if m.Topic == tp.Progress && p.Phase == "done" && done < 0 {
+						done = i
+					}
+					if m.Topic == tp.Results && result < 0 {
+						result = i
+					}
+				}
+				return done >= 0 && result >= 0
+			})
+			if done > result {
+				t.Errorf(`%s: the "done" report came after the result (messages %d and %d)`, id, done, result)
+			}
+		}
 		// Confirmed results leave the outbox.
 		wait.For(t, 5*time.Second, "an empty outbox", func() bool {
 			s, err := a.rt.Snapshot(context.Background())

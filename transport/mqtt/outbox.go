@@ -75,15 +75,32 @@ func (c *Client) publishLoop() {
 		list        []*pending // in Seq order
 		outstanding int        // entries of list with a token
 		lastGen     uint64
+		reports     []progressMsg // progress reports to publish, in order
+		ticked      bool          // this pass follows the check tick
 	)
 	tick := time.NewTicker(c.checkEvery)
 	defer tick.Stop()
 	for {
 		c.mu.Lock()
+		fresh := len(c.incoming) > 0
 		list = append(list, c.incoming...)
 		c.incoming = nil
+		reports = pendingProgress(reports, c.reports)
+		clear(c.reports)
+		c.reports = c.reports[:0]
 		up, gen := c.conn, c.gen
 		c.mu.Unlock()
+
+		// The reports go out before the results of this pass; "done"
+		// reports alone wait for their results (Progress).
+		if len(reports) > 0 && (fresh || ticked || !allDone(reports)) {
+			if up {
+				c.publishProgress(reports)
+			}
+			clear(reports)
+			reports = reports[:0]
+		}
+		ticked = false
 
 		if up && gen != lastGen {
 			lastGen = gen
@@ -166,6 +183,7 @@ func (c *Client) publishLoop() {
 		case <-done:
 		case <-c.wake:
 		case <-tick.C:
+			ticked = true
 			if head != nil && up && time.Since(head.sentAt) > c.cfg.PublishTimeout {
 				c.log.Warn().Str("task", head.taskID).Dur("waited", time.Since(head.sentAt)).
 					Msg("mqtt: no PUBACK for a result; publishing it again")
@@ -185,54 +203,82 @@ type progressMsg struct {
 	Phase   string `json:"phase"`
 }
 
-// Progress is the runtime's OnProgress: it never blocks, and drops the
-// report when the broker is unreachable or reports pile up (QoS 0): a
-// report still waiting when the same task's next one comes is replaced by
-// it (pendingProgress).
+// maxReports bounds the progress reports waiting for the publisher; more
+// are dropped (QoS 0, best effort).
+const maxReports = 256
+
+// Progress is the runtime's OnProgress: it never blocks. The publisher
+// goroutine publishes the reports, in order, before the results it
+// publishes in the same pass, and drops them while the broker is
+// unreachable; a report still waiting when the same task's next one comes
+// is replaced by it (pendingProgress).
+//
+// A task's "done" report does not wake the publisher: it waits for the
+// next result, which is that task's once its save returns (the runtime
+// reports "done" before it saves the result), so that the report, the
+// result and the task's PUBACK leave in one write instead of three
+// (bufferedConn), and the broker wakes once for them. A report left
+// waiting (the save failed) goes out at the publisher's next check, within
+// checkEvery.
 func (c *Client) Progress(taskID string, percent int, phase string) {
-	select {
-	case c.progress <- progressMsg{TaskID: taskID, Percent: percent, Phase: phase}:
-	default:
+	c.mu.Lock()
+	if len(c.reports) >= maxReports {
+		c.mu.Unlock()
+		return
+	}
+	c.reports = append(c.reports, progressMsg{TaskID: taskID, Percent: percent, Phase: phase})
+	c.mu.Unlock()
+	if phase != phaseDone {
+		c.nudge()
 	}
 }
 
-func (c *Client) progressLoop() {
-	defer c.wg.Done()
-	var batch []progressMsg
-	for {
-		select {
-		case p := <-c.progress:
-			batch = c.pendingProgress(append(batch[:0], p))
-			if !c.pc.IsConnectionOpen() {
-				continue
-			}
-			for _, p := range batch {
-				body, _ := json.Marshal(p)
-				c.pc.Publish(c.topics.Progress, 0, false, body)
-			}
-		case <-c.ctx.Done():
-			return
+// phaseDone is the phase of a task's last report (agent.Runtime's).
+const phaseDone = "done"
+
+// supersedes reports whether report p, of the same task as prev, replaces
+// prev while both wait (pendingProgress).
+func supersedes(p, prev progressMsg) bool {
+	return p.Phase != phaseDone || prev.Phase == phaseDone || prev.Phase == phaseThinking
+}
+
+// phaseThinking is the phase of a step's first report (agent.Runtime's).
+const phaseThinking = "thinking"
+
+// allDone reports whether every report of batch is a task's "done".
+func allDone(batch []progressMsg) bool {
+	for _, p := range batch {
+		if p.Phase != phaseDone {
+			return false
 		}
+	}
+	return true
+}
+
+// publishProgress publishes the reports in batch (QoS 0, not waited for).
+func (c *Client) publishProgress(batch []progressMsg) {
+	for _, p := range batch {
+		body, _ := json.Marshal(p)
+		c.pc.Publish(c.topics.Progress, 0, false, body)
 	}
 }
 
-// pendingProgress appends to batch the reports waiting, each replacing the
-// one before it when both are of the same task: an echo task's "thinking"
-// and "done" come microseconds apart, and publishing both cost a message
-// to the broker, and its routing, per task for a report already stale.
-func (c *Client) pendingProgress(batch []progressMsg) []progressMsg {
-	for {
-		select {
-		case p := <-c.progress:
-			if n := len(batch); n > 0 && batch[n-1].TaskID == p.TaskID {
-				batch[n-1] = p
-			} else {
-				batch = append(batch, p)
-			}
-		default:
-			return batch
+// pendingProgress appends to batch the reports waiting in reports, each
+// replacing the one before it when both are of the same task (a model's
+// token counts come many a second), except that a "done" replaces only a
+// plain "thinking": an echo task's "thinking" and "done" come microseconds
+// apart, and publishing both cost a message to the broker, and its
+// routing, per task for a report already stale; a report that says more
+// (the model's last token count, a tool) is published before the "done".
+func pendingProgress(batch, reports []progressMsg) []progressMsg {
+	for _, p := range reports {
+		if n := len(batch); n > 0 && batch[n-1].TaskID == p.TaskID && supersedes(p, batch[n-1]) {
+			batch[n-1] = p
+		} else {
+			batch = append(batch, p)
 		}
 	}
+	return batch
 }
 
 // nextReady reports whether the first result of list not yet published may
