@@ -534,14 +534,19 @@ func treeRSS(t *testing.T, pid int) int64 {
 		}
 		return 0
 	}
-	total := rss(pid)
+	return treeSum(pid, rss)
+}
+
+// treeSum is of(pid) plus of of each of its children.
+func treeSum[T int64 | time.Duration](pid int, of func(int) T) T {
+	total := of(pid)
 	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
 	if err != nil {
 		return total
 	}
 	for _, f := range strings.Fields(string(out)) {
 		if c, err := strconv.Atoi(f); err == nil {
-			total += rss(c)
+			total += of(c)
 		}
 	}
 	return total
@@ -590,34 +595,10 @@ func procSwitches(pid int) int64 {
 }
 
 // treeSwitches is procSwitches of pid and its children.
-func treeSwitches(pid int) int64 {
-	total := procSwitches(pid)
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
-	if err != nil {
-		return total
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if c, err := strconv.Atoi(f); err == nil {
-			total += procSwitches(c)
-		}
-	}
-	return total
-}
+func treeSwitches(pid int) int64 { return treeSum(pid, procSwitches) }
 
 // treeCPU is the processor time of pid and its children.
-func treeCPU(pid int) time.Duration {
-	total := procCPU(pid)
-	out, err := exec.Command("pgrep", "-P", strconv.Itoa(pid)).Output()
-	if err != nil {
-		return total
-	}
-	for _, f := range strings.Fields(string(out)) {
-		if c, err := strconv.Atoi(f); err == nil {
-			total += procCPU(c)
-		}
-	}
-	return total
-}
+func treeCPU(pid int) time.Duration { return treeSum(pid, procCPU) }
 
 // loadRetainedClaims retains n done claims of other tasks on the hub, as a
 // day of fleet tasks leaves them, and returns how long that took.

@@ -116,17 +116,20 @@ type Claims struct {
 	cfg    ClaimsConfig
 	client *hubConn
 
-	mu       sync.Mutex // guards the fields below
-	ready    chan struct{}
-	isReady  bool
-	up       bool                      // connected
-	disabled bool                      // the broker refuses the claims: tasks run unclaimed
-	seen     map[string]Claim          // task id → the claim that holds, for tasks being decided or owned and not done
-	deciding map[string]int            // task id → Claim calls subscribed to its topic
-	pending  map[string]chan claimWait // nonce → the Claim call waiting for its echo
-	clear    []doneClaim               // this device's done claims, oldest first: cleared when they expire
-	received uint64                    // claim messages received
-	stop     context.CancelFunc
+	mu        sync.Mutex // guards the fields below
+	ready     chan struct{}
+	isReady   bool
+	up        bool                      // connected
+	disabled  bool                      // the broker refuses the claims: tasks run unclaimed
+	seen      map[string]Claim          // task id → the claim that holds, for tasks being decided or owned and not done
+	deciding  map[string]int            // task id → Claim calls subscribed to its topic
+	pending   map[string]chan claimWait // nonce → the Claim call waiting for its echo
+	held      []heldAnswer              // answers of claims that came back, held while others wait (answerClaim)
+	heldTimer *time.Timer               // releases held after releaseHold
+	answered  uint64                    // groups of answers given
+	clear     []doneClaim               // this device's done claims, oldest first: cleared when they expire
+	received  uint64                    // claim messages received
+	stop      context.CancelFunc
 
 	// lost: task id → the claim this agent lost to, until it expires
 	// (lostOrder, oldest first, bounds them to MaxLostClaims). A claim of
@@ -431,11 +434,11 @@ func (c *Claims) decide(taskID string, cl Claim, retained bool, now time.Time) {
 			restore.Restore = true
 			b, _ := json.Marshal(restore)
 			c.client.Publish(ClaimTopic(c.cfg.Prefix, taskID), true, false, b)
-			ch <- claimWait{won: true, owner: cl.Device}
+			c.answerClaim(ch, claimWait{won: true, owner: cl.Device})
 			return
 		}
 		if holds {
-			ch <- claimWait{owner: prev.Device}
+			c.answerClaim(ch, claimWait{owner: prev.Device})
 			c.remember(taskID, prev)
 			restore := prev
 			restore.Restore = true
@@ -449,11 +452,60 @@ func (c *Claims) decide(taskID string, cl Claim, retained bool, now time.Time) {
 			// another is handled (it is the next message, in a race).
 			c.defend[taskID] = &defence{claim: cl, until: now.Add(c.cfg.DefendFor)}
 		}
-		ch <- claimWait{won: true, owner: cl.Device}
+		c.answerClaim(ch, claimWait{won: true, owner: cl.Device})
 		return
 	}
 	if retained || cl.Restore || !holds {
 		c.seen[taskID] = cl
+	}
+}
+
+// releaseHold bounds how long answerClaim holds the answer of a claim
+// that came back while others wait for theirs.
+var releaseHold = 5 * time.Millisecond
+
+// heldAnswer is the answer of a Claim call that answerClaim holds.
+type heldAnswer struct {
+	ch chan claimWait
+	w  claimWait
+}
+
+// answerClaim answers a Claim call whose claim came back. While other
+// claims of this agent wait for theirs (those of a batch go together),
+// the answers are held, up to releaseHold, and given together when the
+// last comes: the batch's tasks then reach the agent together and are
+// saved together, where each woke the agent for a save of its own
+// (docs/fleet.md). The decision itself is made and kept at once (c.mu
+// held).
+func (c *Claims) answerClaim(ch chan claimWait, w claimWait) {
+	c.held = append(c.held, heldAnswer{ch, w})
+	if len(c.pending) == 0 {
+		c.releaseHeld()
+		return
+	}
+	if c.heldTimer == nil {
+		c.heldTimer = time.AfterFunc(releaseHold, func() {
+			c.mu.Lock()
+			c.releaseHeld()
+			c.mu.Unlock()
+		})
+	}
+}
+
+// releaseHeld gives the answers answerClaim holds (c.mu held).
+func (c *Claims) releaseHeld() {
+	if len(c.held) == 0 {
+		return
+	}
+	for _, h := range c.held {
+		h.ch <- h.w // buffered: one answer per Claim call
+	}
+	clear(c.held)
+	c.held = c.held[:0]
+	c.answered++
+	if c.heldTimer != nil {
+		c.heldTimer.Stop()
+		c.heldTimer = nil
 	}
 }
 
@@ -651,6 +703,9 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 	defer func() {
 		c.mu.Lock()
 		delete(c.pending, cl.Nonce)
+		if len(c.pending) == 0 {
+			c.releaseHeld() // what waited for this claim's echo too
+		}
 		c.mu.Unlock()
 	}()
 	b, _ := json.Marshal(cl)

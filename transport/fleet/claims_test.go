@@ -383,9 +383,30 @@ func TestClaimLoserRestoredByAThird(t *testing.T) {
 
 // BenchmarkClaim: Claim then Done of distinct fleet tasks, 64 at a time as
 // a device's agent makes them under load, against a real Mosquitto; it
-// reports the processor time of this process (the device's side) per task.
+// reports the processor time of this process (the device's side) per task,
+// the done claims published and their subscriptions ended included.
 func BenchmarkClaim(b *testing.B) {
-	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true})
+	benchClaims(b, claimBench{inFlight: 64, waitDone: true})
+}
+
+// claimBench is how benchClaims makes its claims.
+type claimBench struct {
+	nodelay  bool          // the hub with set_tcp_nodelay (as packaging/mosquitto/hub.conf)
+	inFlight int           // at most that many claims at a time (0: no bound)
+	every    time.Duration // a claim every so often (0: as fast as inFlight lets)
+	waitDone bool          // count the done claims and their unsubscriptions too
+}
+
+// benchClaims claims b.N distinct fleet tasks against a real Mosquitto,
+// each marked done once claimed, and reports the processor time of this
+// process (the device's side) per task and the tasks per SUBSCRIBE and
+// per UNSUBSCRIBE.
+func benchClaims(b *testing.B, cfg claimBench) {
+	opts := mqtttest.Options{NoPersistence: true}
+	if cfg.nodelay {
+		opts.Extra = []string{"set_tcp_nodelay true"}
+	}
+	m := mqtttest.StartMosquitto(b, opts)
 	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
 	if err != nil {
 		b.Fatal(err)
@@ -395,16 +416,32 @@ func BenchmarkClaim(b *testing.B) {
 	if _, _, err := c.Claim(ctx, "warm"); err != nil {
 		b.Fatal(err)
 	}
-	sem := make(chan struct{}, 64)
+	var sem chan struct{}
+	if cfg.inFlight > 0 {
+		sem = make(chan struct{}, cfg.inFlight)
+	}
+	var tick <-chan time.Time
+	if cfg.every > 0 {
+		t := time.NewTicker(cfg.every)
+		defer t.Stop()
+		tick = t.C
+	}
 	var wg sync.WaitGroup
 	cpu0 := processCPU()
 	b.ResetTimer()
 	for i := range b.N {
-		sem <- struct{}{}
+		if sem != nil {
+			sem <- struct{}{}
+		}
+		if tick != nil {
+			<-tick
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { <-sem }()
+			if sem != nil {
+				defer func() { <-sem }()
+			}
 			id := "b-" + strconv.Itoa(i)
 			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
 				b.Error(id, mine, err)
@@ -415,9 +452,8 @@ func BenchmarkClaim(b *testing.B) {
 	}
 	wg.Wait()
 	// The done claims published and their subscriptions ended (at the end
-	// of each claim's defence, DefendFor after it was won): their work is
-	// the tasks' too.
-	for {
+	// of each claim's defence, DefendFor after it was won).
+	for cfg.waitDone {
 		if held, _ := c.Held(); held <= 1 { // "warm" stays
 			break
 		}
