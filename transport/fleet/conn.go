@@ -162,7 +162,7 @@ func (h *hubConn) start() {
 func (h *hubConn) run() {
 	defer close(h.done)
 	wait := reconnectMin
-	failing := false
+	failing, lost := false, false
 	for {
 		conn, r, err := h.connect()
 		if err != nil {
@@ -189,8 +189,17 @@ func (h *hubConn) run() {
 		held := h.held
 		h.held = nil
 		h.mu.Unlock()
-		for _, p := range held {
-			h.Publish(p.topic, p.retain, false, p.payload)
+		if lost {
+			h.log.Info().Int("held", len(held)).Msg("fleet: the claims' connection to the broker is back")
+		}
+		if len(held) > 0 {
+			// Off this goroutine, which reads the acknowledgements that
+			// make room for them.
+			go func() {
+				for _, p := range held {
+					h.Publish(p.topic, p.retain, true, p.payload)
+				}
+			}()
 		}
 		if h.onUp != nil {
 			h.onUp()
@@ -215,6 +224,7 @@ func (h *hubConn) run() {
 		if closing {
 			return
 		}
+		lost = true
 		h.log.Warn().Err(err).Msg("fleet: the claims' connection to the broker was lost; connecting again")
 		if h.onDown != nil {
 			h.onDown(err)
