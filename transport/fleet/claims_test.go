@@ -397,13 +397,12 @@ type claimBench struct {
 	waitDone bool          // count the done claims and their unsubscriptions too
 }
 
-// benchClaims claims b.N distinct fleet tasks against a real Mosquitto,
-// each marked done once claimed, and reports the processor time of this
-// process (the device's side) per task and the tasks per SUBSCRIBE and
-// per UNSUBSCRIBE.
-func benchClaims(b *testing.B, cfg claimBench) {
+// startBenchClaims starts claims against a Mosquitto without persistence
+// (with set_tcp_nodelay when nodelay), closed when b ends, and makes a first
+// claim.
+func startBenchClaims(b *testing.B, nodelay bool) *Claims {
 	opts := mqtttest.Options{NoPersistence: true}
-	if cfg.nodelay {
+	if nodelay {
 		opts.Extra = []string{"set_tcp_nodelay true"}
 	}
 	m := mqtttest.StartMosquitto(b, opts)
@@ -411,11 +410,20 @@ func benchClaims(b *testing.B, cfg claimBench) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
-	ctx := context.Background()
-	if _, _, err := c.Claim(ctx, "warm"); err != nil {
+	b.Cleanup(c.Close)
+	if _, _, err := c.Claim(context.Background(), "warm"); err != nil {
 		b.Fatal(err)
 	}
+	return c
+}
+
+// benchClaims claims b.N distinct fleet tasks against a real Mosquitto,
+// each marked done once claimed, and reports the processor time of this
+// process (the device's side) per task and the tasks per SUBSCRIBE and
+// per UNSUBSCRIBE.
+func benchClaims(b *testing.B, cfg claimBench) {
+	c := startBenchClaims(b, cfg.nodelay)
+	ctx := context.Background()
 	var sem chan struct{}
 	if cfg.inFlight > 0 {
 		sem = make(chan struct{}, cfg.inFlight)

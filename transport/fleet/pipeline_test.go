@@ -20,16 +20,8 @@ import (
 // echo), and batchLinger between two. Against Mosquitto's default (Nagle's
 // algorithm on) it was 40 ms, the device's delayed acknowledgement.
 func BenchmarkClaimOne(b *testing.B) {
-	m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true, Extra: []string{"set_tcp_nodelay true"}})
-	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master", Log: zerolog.Nop()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := startBenchClaims(b, true)
 	ctx := context.Background()
-	if _, _, err := c.Claim(ctx, "warm"); err != nil {
-		b.Fatal(err)
-	}
 	b.ResetTimer()
 	for i := range b.N {
 		id := "one-" + strconv.Itoa(i)
@@ -44,20 +36,7 @@ func BenchmarkClaimOne(b *testing.B) {
 // within batchLinger of a batch go in one SUBSCRIBE, not one each (a
 // batch costs the device and the hub eight packets besides its claims).
 func TestClaimsLinger(t *testing.T) {
-	old := batchLinger
-	batchLinger = time.Second
-	t.Cleanup(func() { batchLinger = old })
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
-	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx := context.Background()
-	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
-		t.Fatalf("first: %v %v", mine, err)
-	}
+	c, ctx := lingeringClaims(t, time.Second)
 	// Ten more, 20 ms apart: each comes after the one before it was
 	// subscribed, were it sent at once.
 	var wg sync.WaitGroup
@@ -82,33 +61,8 @@ func TestClaimsLinger(t *testing.T) {
 // wait; they do not wait out batchLinger (a device the hub lets hold only
 // so many fleet tasks unacknowledged would claim that many per linger).
 func TestClaimsLingerFull(t *testing.T) {
-	old := batchLinger
-	batchLinger = time.Hour
-	t.Cleanup(func() { batchLinger = old })
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
-	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
-		t.Fatalf("first: %v %v", mine, err)
-	}
-	var wg sync.WaitGroup
-	for i := range lingerFull {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := "f-" + strconv.Itoa(i)
-			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
-				t.Errorf("%s: %v %v", id, mine, err)
-			}
-		}()
-	}
-	wg.Wait()
+	c, ctx := lingeringClaims(t, time.Hour)
+	claimAll(ctx, t, c, "f-", lingerFull)
 	if sub, _ := c.Batches(); sub != 2 {
 		t.Errorf("%d SUBSCRIBE packets, want 2: the first claim's, then the %d others' together", sub, lingerFull)
 	}
@@ -144,33 +98,11 @@ func BenchmarkClaimSparse(b *testing.B) {
 // fail its claim); and an answer held for an echo that never comes is
 // given after releaseHold.
 func TestClaimsAnsweredTogether(t *testing.T) {
-	oldLinger, oldHold := batchLinger, releaseHold
-	batchLinger, releaseHold = time.Hour, time.Hour
-	t.Cleanup(func() { batchLinger, releaseHold = oldLinger, oldHold })
-	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
-	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
-		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
-		t.Fatalf("first: %v %v", mine, err)
-	}
-	var wg sync.WaitGroup
-	for i := range lingerFull {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			id := "g-" + strconv.Itoa(i)
-			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
-				t.Errorf("%s: %v %v", id, mine, err)
-			}
-		}()
-	}
-	wg.Wait()
+	old := releaseHold
+	releaseHold = time.Hour
+	t.Cleanup(func() { releaseHold = old })
+	c, ctx := lingeringClaims(t, time.Hour)
+	claimAll(ctx, t, c, "g-", lingerFull)
 	c.mu.Lock()
 	t.Logf("%d claims answered in %d groups", lingerFull+1, c.answered)
 	// An echo that never comes: the answer of the next claim is held for
@@ -181,4 +113,44 @@ func TestClaimsAnsweredTogether(t *testing.T) {
 	if _, mine, err := c.Claim(ctx, "after"); err != nil || !mine {
 		t.Fatalf("a claim while another's echo never comes: %v %v", mine, err)
 	}
+}
+
+// lingeringClaims starts claims against a Mosquitto with set_tcp_nodelay,
+// their batches linger apart, and makes a first claim (which goes at
+// once); the context ends in 20 s.
+func lingeringClaims(t *testing.T, linger time.Duration) (*Claims, context.Context) {
+	t.Helper()
+	old := batchLinger
+	batchLinger = linger
+	t.Cleanup(func() { batchLinger = old })
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{Extra: []string{"set_tcp_nodelay true"}})
+	c, err := StartClaims(ClaimsConfig{Broker: m.URL(), Prefix: "openstarry", Device: "dev-a", Agent: "master",
+		Log: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	if _, mine, err := c.Claim(ctx, "first"); err != nil || !mine {
+		t.Fatalf("first: %v %v", mine, err)
+	}
+	return c, ctx
+}
+
+// claimAll claims n tasks (prefix and a number) at once, each to be won.
+func claimAll(ctx context.Context, t *testing.T, c *Claims, prefix string, n int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id := prefix + strconv.Itoa(i)
+			if _, mine, err := c.Claim(ctx, id); err != nil || !mine {
+				t.Errorf("%s: %v %v", id, mine, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
