@@ -632,23 +632,17 @@ func encodeConnect(clientID, user, pass string, keepAlive time.Duration) []byte 
 	return b
 }
 
-// encodePublish encodes a PUBLISH: QoS 1 with packet id id (QoS 0 when
-// id is 0).
+// encodePublish encodes a PUBLISH of QoS 1 with packet id id (the claims
+// publish nothing at QoS 0).
 func encodePublish(topic string, payload []byte, id uint16, retain bool) []byte {
-	h := byte(pkPublish << 4)
-	n := 2 + len(topic) + len(payload)
-	if id != 0 {
-		h |= 1 << 1
-		n += 2
-	}
+	h := byte(pkPublish<<4 | 1<<1)
 	if retain {
 		h |= 1
 	}
+	n := 2 + len(topic) + 2 + len(payload)
 	b := appendLength(append(make([]byte, 0, n+5), h), n)
 	b = appendString(b, topic)
-	if id != 0 {
-		b = binary.BigEndian.AppendUint16(b, id)
-	}
+	b = binary.BigEndian.AppendUint16(b, id)
 	return append(b, payload...)
 }
 
