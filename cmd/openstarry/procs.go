@@ -3,6 +3,10 @@ package main
 import (
 	"os"
 	"runtime"
+	"slices"
+	"strings"
+
+	"github.com/rs/zerolog"
 )
 
 // oneProcessor makes the daemon and each agent process run their Go code
@@ -28,4 +32,136 @@ func defaultProcs(getenv func(string) string) int {
 		return 0
 	}
 	return 1
+}
+
+// quietSysmonSetting is the GODEBUG setting the daemon, and the agents
+// whose store waits for its syncs in the runtime's poller, run with
+// (docs/daemon.md, "The runtime's monitor thread").
+//
+// The Go runtime's monitor thread (sysmon) sleeps 20 µs between its rounds
+// for the first millisecond after it wakes from a deep sleep because a
+// goroutine made a system call, and it sleeps deeply whenever every
+// processor is idle. A process of the appliance goes idle between two
+// messages and makes a system call as soon as the next one comes (a read
+// on its socket), so under a steady stream of tasks its monitor thread
+// woke every 20 µs nearly all the time: 13% of an agent's processor time
+// and 9% of the daemon's (perf record, one client over MQTT, the embedded
+// broker), each wake a context switch. With a scheduler trace set, the
+// runtime never lets the monitor sleep deeply, and so never starts it
+// again at 20 µs: it backs off to one round every 10 ms. The trace's
+// period, the largest the runtime takes (2^31-1 ms, 24.8 days), prints
+// nothing unless the machine has been up longer than that, and then one
+// "SCHED" line at the process's start and one every 24.8 days. The price
+// is paid when idle: 100 wake-ups a second per process instead of a few.
+// golang/go#18236 asks for a runtime setting of the monitor's period;
+// there is none.
+//
+// An agent runs on one processor (oneProcessor), and a system call holds
+// it: the monitor, when it sees a call last across two of its rounds,
+// hands the processor to the agent's other goroutines meanwhile. At one
+// round every 10 ms it seldom does for an fsync, and an agent whose save
+// waits in fsync stops reading its next requests until the save is done:
+// with the setting, HTTP tasks at 8 clients fell from 12–14 to 5.3–6.7
+// thousand a second in most runs. So only the agents whose store waits
+// for its syncs in the poller (bbolt on Linux, storage/bbolt/aiosync_linux.go;
+// daemon.Options.PolledSyncGodebug) get it; the others keep the GODEBUG
+// the daemon had before.
+const quietSysmonSetting = "schedtrace=2147483647"
+
+// envGodebugBefore holds, in the daemon run again by quietSysmon, the
+// GODEBUG it had before (empty: none).
+const envGodebugBefore = "OPENSTARRY_GODEBUG_BEFORE"
+
+// withQuietSysmon returns godebug (a GODEBUG value) with
+// quietSysmonSetting added, and whether it added it: not when godebug
+// names schedtrace already (the operator's word, schedtrace=0 included).
+func withQuietSysmon(godebug string) (string, bool) {
+	for _, kv := range strings.Split(godebug, ",") {
+		if k, _, _ := strings.Cut(strings.TrimSpace(kv), "="); k == "schedtrace" {
+			return godebug, false
+		}
+	}
+	if strings.TrimSpace(godebug) == "" {
+		return quietSysmonSetting, true
+	}
+	return godebug + "," + quietSysmonSetting, true
+}
+
+// quietSysmonErr is why quietSysmon could not run the daemon again, for
+// agentGodebug to log (there is no logger yet when it runs).
+var quietSysmonErr error
+
+// quietSysmon runs `openstarry start` (not --check, not --help) again with
+// quietSysmonSetting in GODEBUG (the runtime reads schedtrace only when a
+// process starts), by exec on Unix: the same process id, arguments and
+// open files, before anything else has run. It does nothing when GODEBUG
+// names schedtrace (the operator's word, which every process then
+// inherits), on Windows (no exec: the daemon and its agents keep the
+// runtime's default), or in the daemon it ran again. main calls it on the
+// process's first thread (see init).
+func quietSysmon(args []string) {
+	if !canExecSelf || !startsDaemon(args) {
+		return
+	}
+	if _, again := os.LookupEnv(envGodebugBefore); again {
+		return
+	}
+	before := os.Getenv("GODEBUG")
+	v, add := withQuietSysmon(before)
+	if !add {
+		return
+	}
+	_ = os.Setenv(envGodebugBefore, before)
+	_ = os.Setenv("GODEBUG", v)
+	quietSysmonErr = execSelf()
+	restoreGodebug(before)
+}
+
+// startsDaemon says whether args run `openstarry start` for good: not
+// with --check or --help.
+func startsDaemon(args []string) bool {
+	if !slices.Contains(args, "start") {
+		return false // what every agent process runs (core) stops here
+	}
+	cmd, _, err := newRootCmd().Find(args)
+	if err != nil || cmd.Name() != "start" || cmd.Parent() == nil || cmd.Parent().Parent() != nil {
+		return false
+	}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if a == "-h" || a == "--help" || a == "--check" || strings.HasPrefix(a, "--check=") {
+			return false
+		}
+	}
+	return true
+}
+
+// agentGodebug is run by the daemon quietSysmon ran again: it gives
+// GODEBUG back its value from before, for whatever the daemon starts, and
+// returns the daemon's own, for the agents that may have it
+// (daemon.Options.PolledSyncGodebug); "" in any other daemon, after
+// logging why quietSysmon could not run it again, if it could not.
+func agentGodebug(log zerolog.Logger) string {
+	if before, again := os.LookupEnv(envGodebugBefore); again {
+		own := os.Getenv("GODEBUG")
+		restoreGodebug(before)
+		return own
+	}
+	if quietSysmonErr != nil {
+		log.Warn().Err(quietSysmonErr).Msg("runtime: cannot run the daemon again with GODEBUG=" + quietSysmonSetting + "; it runs with the runtime's default")
+	}
+	return ""
+}
+
+// restoreGodebug gives GODEBUG its value from before quietSysmon (empty:
+// none) and drops envGodebugBefore.
+func restoreGodebug(before string) {
+	_ = os.Unsetenv(envGodebugBefore)
+	if before == "" {
+		_ = os.Unsetenv("GODEBUG")
+	} else {
+		_ = os.Setenv("GODEBUG", before)
+	}
 }

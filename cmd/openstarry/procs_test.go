@@ -3,9 +3,13 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"os"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -48,5 +52,94 @@ func TestDaemonOneProcessor(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "3")
 	if got := procs(startDaemon(t, daemonConfig(t, dataDir(t), ""))); got != "3" {
 		t.Errorf("with GOMAXPROCS=3: go_gomaxprocs %s, want 3", got)
+	}
+}
+
+func TestWithQuietSysmon(t *testing.T) {
+	for _, tc := range []struct {
+		in, want string
+		added    bool
+	}{
+		{"", "schedtrace=2147483647", true},
+		{" ", "schedtrace=2147483647", true},
+		{"gctrace=1", "gctrace=1,schedtrace=2147483647", true},
+		{"schedtrace=0", "schedtrace=0", false},
+		{"gctrace=1, schedtrace=1000", "gctrace=1, schedtrace=1000", false},
+		{"scheddetail=1", "scheddetail=1,schedtrace=2147483647", true},
+	} {
+		got, added := withQuietSysmon(tc.in)
+		if got != tc.want || added != tc.added {
+			t.Errorf("withQuietSysmon(%q) = %q, %v; want %q, %v", tc.in, got, added, tc.want, tc.added)
+		}
+	}
+}
+
+// The daemon runs itself again with GODEBUG's schedtrace set (the
+// environment a process was exec'd with is in /proc/PID/environ: the test
+// does not set it, so it is there only after the daemon's own exec); its
+// master, on the default bbolt store, has it too, an agent on SQLite has
+// the GODEBUG from before; an operator's schedtrace wins everywhere.
+func TestDaemonQuietSysmon(t *testing.T) {
+	godebug := func(pid int) string {
+		t.Helper()
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if err != nil {
+			t.Skipf("no /proc: %v", err)
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if v, ok := strings.CutPrefix(string(kv), "GODEBUG="); ok {
+				return v
+			}
+		}
+		return ""
+	}
+	for _, tc := range []struct{ env, store, daemon, agent string }{
+		{"", "", "schedtrace=2147483647", "schedtrace=2147483647"},
+		{"gctrace=0", "", "gctrace=0,schedtrace=2147483647", "gctrace=0,schedtrace=2147483647"},
+		{"gctrace=0", "sqlite://", "gctrace=0,schedtrace=2147483647", "gctrace=0"},
+		{"", "sqlite://", "schedtrace=2147483647", ""},
+		{"schedtrace=0", "", "schedtrace=0", "schedtrace=0"},
+	} {
+		t.Setenv("GODEBUG", tc.env)
+		extra := ""
+		if tc.store != "" {
+			extra = "store: " + tc.store + "\n"
+		}
+		c := startDaemon(t, daemonConfig(t, dataDir(t), extra))
+		m := masterPIDRe.FindStringSubmatch(c.logs())
+		if m == nil {
+			t.Fatalf("no master pid in the daemon's log:\n%s", c.logs())
+		}
+		master, _ := strconv.Atoi(m[1])
+		if got := godebug(c.cmd.Process.Pid); got != tc.daemon {
+			t.Errorf("GODEBUG=%q store %q: the daemon's GODEBUG %q, want %q", tc.env, tc.store, got, tc.daemon)
+		}
+		if got := godebug(master); got != tc.agent {
+			t.Errorf("GODEBUG=%q store %q: the master's GODEBUG %q, want %q", tc.env, tc.store, got, tc.agent)
+		}
+	}
+}
+
+func TestStartsDaemon(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"start"}, true},
+		{[]string{"start", "--config", "c.yaml"}, true},
+		{[]string{"--log-level", "debug", "start", "--data", "d"}, true},
+		{[]string{"start", "--check"}, false},
+		{[]string{"start", "--check=true"}, false},
+		{[]string{"start", "--help"}, false},
+		{[]string{"start", "-h"}, false},
+		{[]string{"core", "--agent", "master"}, false},
+		{[]string{"run", "--agent", "start"}, false},
+		{[]string{"service", "start"}, false},
+		{[]string{"status"}, false},
+		{nil, false},
+	} {
+		if got := startsDaemon(tc.args); got != tc.want {
+			t.Errorf("startsDaemon(%q) = %v, want %v", tc.args, got, tc.want)
+		}
 	}
 }

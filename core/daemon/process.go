@@ -208,6 +208,16 @@ func (p *execProcess) handle(line []byte) {
 	if len(bytes.TrimSpace(line)) == 0 {
 		return
 	}
+	if bytes.HasPrefix(line, schedPrefix) {
+		// The Go runtime's scheduler summary, which GODEBUG's schedtrace
+		// (Options.PolledSyncGodebug, or the operator's) prints: with the
+		// daemon's setting only on a machine up for more than 24.8 days.
+		// Not the agent's last words.
+		if zerolog.DebugLevel >= p.l.MinLevel {
+			p.forward(runtimeLine(p.id, string(line)))
+		}
+		return
+	}
 	var ll logLine
 	isJSON := line[0] == '{' && json.Unmarshal(line, &ll) == nil
 	if !isJSON {
@@ -256,6 +266,16 @@ func (p *execProcess) forward(line []byte) {
 	buf := make([]byte, 0, len(line)+1)
 	buf = append(append(buf, line...), '\n')
 	_, _ = p.l.Sink.Write(buf)
+}
+
+// schedPrefix starts the line GODEBUG's schedtrace makes the Go runtime
+// print: "SCHED 0ms: gomaxprocs=1 idleprocs=0 threads=5 ...".
+var schedPrefix = []byte("SCHED ")
+
+// runtimeLine is a runtime's scheduler summary as a debug log line.
+func runtimeLine(agentID, msg string) []byte {
+	b, _ := json.Marshal(map[string]string{"level": "debug", "agent": agentID, "component": "runtime", "message": msg})
+	return b
 }
 
 func nonJSON(agentID, msg string) []byte {

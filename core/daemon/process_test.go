@@ -47,6 +47,8 @@ func helper(mode string) {
 	case "fail":
 		fmt.Fprintln(os.Stderr, `{"level":"info","message":"starting agent"}`)
 		fmt.Fprintln(os.Stderr, "openstarry: template master: boom")
+		// GODEBUG's schedtrace on a machine up for 24.8 days: not last words.
+		fmt.Fprintln(os.Stderr, "SCHED 2147483647ms: gomaxprocs=1 idleprocs=1 threads=5 spinningthreads=0 needspinning=0 idlethreads=3 runqueue=0 [0 0]")
 		os.Exit(1)
 	case "stubborn":
 		signal.Ignore(syscall.SIGTERM)
@@ -133,6 +135,9 @@ func TestExecLauncherFailure(t *testing.T) {
 	}
 	if !strings.Contains(sink.String(), `"message":"template master: boom"`) {
 		t.Fatalf("the error line was not forwarded as JSON:\n%s", sink.String())
+	}
+	if strings.Contains(sink.String(), "SCHED") {
+		t.Fatalf("the runtime's scheduler line was forwarded at info level:\n%s", sink.String())
 	}
 }
 

@@ -30,6 +30,3 @@ func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 // cache it page by page again (the journal's are written whole once, then
 // a page at a time).
 func dropCache(f *os.File) { _ = unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED) }
-
-// datasync makes what was written to f durable, without its times.
-func datasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }

@@ -1,0 +1,100 @@
+package bbolt
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/openstarry/openstarry-edge/internal/slowdisk"
+)
+
+// threadInSyscall reports whether a thread of this process is blocked in
+// system call nr (from /proc/self/task/*/syscall, whose first field is
+// the number of the call a blocked thread is in).
+func threadInSyscall(t *testing.T, nr uintptr) bool {
+	t.Helper()
+	files, err := filepath.Glob("/proc/self/task/*/syscall")
+	if err != nil || len(files) == 0 {
+		t.Skipf("no /proc/self/task/*/syscall: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended, or is running
+		}
+		if fields := strings.Fields(string(b)); len(fields) > 0 && fields[0] == strconv.FormatUint(uint64(nr), 10) {
+			return true
+		}
+	}
+	return false
+}
+
+// A journal sync waits in the poller, not on a thread in fdatasync: while
+// a sync that takes 400 ms (a slow disk, FUSE) is in flight, no thread of
+// the process is in fdatasync, and the data is on the disk below once it
+// returns. With fdatasync called directly, a thread is in the call for
+// the whole 400 ms.
+func TestAIOSyncWaitsInThePoller(t *testing.T) {
+	dir := slowdisk.New(t, 400*time.Millisecond)
+	f, err := os.OpenFile(filepath.Join(dir, "journal"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := bytes.Repeat([]byte("journal record "), 300)
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	s := &aioSyncer{}
+	done := make(chan error, 1)
+	go func() { done <- s.sync(int(f.Fd())) }()
+	seen := false
+	for deadline := time.Now().Add(300 * time.Millisecond); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		seen = seen || threadInSyscall(t, unix.SYS_FDATASYNC)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s.failed {
+		t.Fatal("AIO fsync was refused on this kernel: the sync fell back to fdatasync")
+	}
+	if seen {
+		t.Error("a thread was in fdatasync while the sync was in flight")
+	}
+	// Again, with the same context and eventfd.
+	if err := s.sync(int(f.Fd())); err != nil || s.failed {
+		t.Fatalf("second sync: %v (fell back: %v)", err, s.failed)
+	}
+}
+
+// Where the kernel has no AIO fsync for a file (a pipe has no fsync at
+// all), the syncer falls back to fdatasync, which answers as it would.
+func TestAIOSyncFallsBack(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	s := &aioSyncer{}
+	if err := s.sync(int(w.Fd())); err != unix.EINVAL {
+		t.Errorf("sync of a pipe: %v, want EINVAL (fdatasync's answer)", err)
+	}
+	if !s.failed {
+		t.Error("the syncer did not fall back")
+	}
+	f, err := os.CreateTemp(t.TempDir(), "j")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := s.sync(int(f.Fd())); err != nil {
+		t.Errorf("fdatasync after the fallback: %v", err)
+	}
+}
