@@ -57,7 +57,7 @@ import (
 // Run: go test -run '^$' -bench MQTTIngress -benchtime 20000x ./transport/mqtt/
 func BenchmarkMQTTIngress(b *testing.B) {
 	b.Run("mosquitto", func(b *testing.B) {
-		m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true})
+		m := mqtttest.StartMosquitto(b, mqtttest.Options{NoPersistence: true, Extra: []string{"set_tcp_nodelay true"}})
 		benchIngress(b, m.URL(), m.PID())
 	})
 	b.Run("embedded", func(b *testing.B) {

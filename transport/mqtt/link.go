@@ -239,7 +239,7 @@ func (c *Client) serve(conn net.Conn, r *bufio.Reader) {
 	c.nc = conn
 	c.gen++
 	gen := c.gen
-	c.resend = c.sent > 0
+	c.resend = true
 	c.mu.Unlock()
 	c.log.Info().Str("broker", c.url.Redacted()).Str("client_id", ClientID(c.cfg.Device, c.cfg.Agent)).
 		Uint64("connection", gen).Msgf("mqtt: connected to %s", c.url.Redacted())

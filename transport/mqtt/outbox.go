@@ -156,7 +156,9 @@ func (c *Client) appendResults(buf []byte, gen uint64, ticked bool) []byte {
 	now := time.Now()
 	if c.resend {
 		c.resend = false
-		c.log.Info().Int("results", len(c.flight)).Msg("mqtt: delivering results held while disconnected")
+		if len(c.flight) > 0 && gen > 1 {
+			c.log.Info().Int("results", len(c.flight)).Msg("mqtt: delivering results held while disconnected")
+		}
 		for _, p := range c.flight[:c.sent] {
 			if !p.acked {
 				buf = wire.AppendPublish(buf, c.topics.Results, p.payload, 1, p.id, false, true)
