@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"testing"
+	"time"
+
+	"github.com/mochi-mqtt/server/v2/packets"
 )
 
 // maxPacket is the reading limit of these tests (the fleet's claims read
@@ -92,4 +95,67 @@ func FuzzReadPacket(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestEncodeConnect: another implementation (the embedded broker's codec,
+// mochi's) reads back every field of a CONNECT: an agent's (persistent
+// session, last will, login) and the claims' (clean, no will, no login).
+func TestEncodeConnect(t *testing.T) {
+	for name, o := range map[string]ConnectOptions{
+		"agent": {ClientID: "openstarry-dev1-a1", User: "dev1", Pass: "secret", KeepAlive: 30 * time.Second,
+			WillTopic: "openstarry/dev1/status", WillPayload: []byte(`{"state":"offline"}`), WillQoS: 1, WillRetain: true},
+		"claims": {ClientID: "openstarry-dev1-a1-claims", KeepAlive: 15 * time.Second, CleanSession: true},
+	} {
+		typ, _, body, err := ReadPacket(bytes.NewReader(EncodeConnect(o)), nil, maxPacket)
+		if err != nil || typ != Connect {
+			t.Fatalf("%s: type %d, %v", name, typ, err)
+		}
+		pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect}}
+		if err := pk.ConnectDecode(body); err != nil {
+			t.Fatalf("%s: mochi: %v", name, err)
+		}
+		c := pk.Connect
+		if pk.ProtocolVersion != 4 || string(c.ProtocolName) != "MQTT" || c.ClientIdentifier != o.ClientID ||
+			c.Clean != o.CleanSession || c.Keepalive != uint16(o.KeepAlive/time.Second) ||
+			c.UsernameFlag != (o.User != "") || string(c.Username) != o.User || string(c.Password) != o.Pass ||
+			c.WillFlag != (o.WillTopic != "") || c.WillTopic != o.WillTopic || !bytes.Equal(c.WillPayload, o.WillPayload) ||
+			c.WillQos != o.WillQoS || c.WillRetain != o.WillRetain {
+			t.Errorf("%s: mochi read %+v (version %d) from %+v", name, c, pk.ProtocolVersion, o)
+		}
+	}
+}
+
+// TestAppendPublish: a PUBLISH at QoS 0 (no packet id) and a QoS 1
+// publication sent again (DUP), read back by DecodePublish and by mochi's
+// codec.
+func TestAppendPublish(t *testing.T) {
+	for _, c := range []struct {
+		qos      byte
+		id       uint16
+		dup, ret bool
+	}{{0, 0, false, false}, {1, 9, false, true}, {1, 65535, true, false}} {
+		b := AppendPublish([]byte{Pingresp << 4, 0}, "a/b", []byte("payload"), c.qos, c.id, c.ret, c.dup)
+		r := bytes.NewReader(b)
+		if typ, _, _, err := ReadPacket(r, nil, maxPacket); err != nil || typ != Pingresp {
+			t.Fatalf("%+v: what was there before: type %d, %v", c, typ, err)
+		}
+		typ, flags, body, err := ReadPacket(r, nil, maxPacket)
+		if err != nil || typ != Publish {
+			t.Fatalf("%+v: type %d, %v", c, typ, err)
+		}
+		p, err := DecodePublish(flags, body)
+		if err != nil || p.Topic != "a/b" || string(p.Payload) != "payload" || p.QoS != c.qos || p.ID != c.id || p.Dup != c.dup || p.Retained != c.ret {
+			t.Errorf("%+v: %+v, %v", c, p, err)
+		}
+		var fh packets.FixedHeader
+		if err := fh.Decode(b[2]); err != nil {
+			t.Fatal(err)
+		}
+		fh.Remaining = len(body)
+		pk := packets.Packet{FixedHeader: fh, ProtocolVersion: 4}
+		if err := pk.PublishDecode(body); err != nil || pk.TopicName != "a/b" || string(pk.Payload) != "payload" ||
+			pk.FixedHeader.Qos != c.qos || pk.PacketID != c.id || pk.FixedHeader.Dup != c.dup || pk.FixedHeader.Retain != c.ret {
+			t.Errorf("%+v: mochi read %+v, %v", c, pk, err)
+		}
+	}
 }
