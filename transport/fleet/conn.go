@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -245,24 +244,12 @@ func (h *hubConn) connect() (net.Conn, io.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = conn.SetDeadline(time.Now().Add(connectTimeout))
-	if _, err := conn.Write(wire.EncodeConnect(wire.ConnectOptions{ClientID: h.clientID, User: h.user, Pass: h.pass, KeepAlive: h.keepAlive, CleanSession: true})); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	r := bufio.NewReaderSize(conn, readBuffer)
-	typ, _, body, err := wire.ReadPacket(r, nil, maxPacket)
-	if err == nil && (typ != wire.Connack || len(body) != 2) {
-		err = fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
-	}
-	if err == nil && body[1] != 0 {
-		err = fmt.Errorf("the broker refused the connection: %s", wire.ConnackReason(body[1]))
-	}
+	r, _, err := wire.Login(conn, wire.ConnectOptions{ClientID: h.clientID, User: h.user, Pass: h.pass,
+		KeepAlive: h.keepAlive, CleanSession: true}, connectTimeout, readBuffer)
 	if err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
-	_ = conn.SetDeadline(time.Time{})
 	return conn, r, nil
 }
 

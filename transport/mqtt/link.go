@@ -154,34 +154,19 @@ func (c *Client) dial(ctx context.Context) (conn net.Conn, r *bufio.Reader, code
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	_ = conn.SetDeadline(time.Now().Add(c.cfg.ConnectTimeout))
 	o := wire.ConnectOptions{ClientID: ClientID(c.cfg.Device, c.cfg.Agent), User: c.cfg.Username, Pass: c.cfg.Password,
 		KeepAlive: c.cfg.KeepAlive}
 	if c.will != nil {
 		o.WillTopic, o.WillPayload, o.WillQoS, o.WillRetain = c.topics.Status, c.will, 1, true
 	}
-	if _, err = conn.Write(wire.EncodeConnect(o)); err == nil {
-		r = bufio.NewReaderSize(conn, readBufferSize)
-		var typ byte
-		var body []byte
-		typ, _, body, err = wire.ReadPacket(r, nil, 64)
-		switch {
-		case err != nil:
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-		case typ != wire.Connack || len(body) != 2:
-			err = fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
-		case body[1] != 0:
-			code = body[1]
-			err = fmt.Errorf("the broker refused the connection: %s", wire.ConnackReason(code))
-		}
-	}
+	r, code, err = wire.Login(conn, o, c.cfg.ConnectTimeout, readBufferSize)
 	if err != nil {
 		conn.Close()
+		if ctx.Err() != nil && code == 0 {
+			err = ctx.Err()
+		}
 		return nil, nil, code, err
 	}
-	_ = conn.SetDeadline(time.Time{})
 	return conn, r, 0, nil
 }
 

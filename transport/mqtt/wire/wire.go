@@ -1,17 +1,19 @@
 // Package wire is the project's own MQTT 3.1.1 codec: it reads a packet off
 // a stream (ReadPacket), decodes a PUBLISH (DecodePublish), and encodes the
 // packets a client sends (CONNECT, PUBLISH, PUBACK, SUBSCRIBE, UNSUBSCRIBE,
-// PINGREQ, DISCONNECT). It owns the bytes and nothing else: no connection,
-// no session, no goroutine. Two clients use it: the fleet's claims
+// PINGREQ, DISCONNECT), and does the login exchange on a connection it is
+// handed (Login). It owns the bytes: no session, no goroutine. Two clients use it: the fleet's claims
 // connection (transport/fleet) and an agent's task connection
 // (transport/mqtt.Client); both say why they are not paho.
 package wire
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"time"
 )
 
@@ -283,3 +285,26 @@ const (
 	RefusedCredentials = 4
 	RefusedNotAuthed   = 5
 )
+
+// Login sends CONNECT on conn and reads the CONNACK, all within timeout
+// (the deadline is cleared after); r reads what follows, through a buffer
+// of size bytes. code is the CONNACK's return code when the broker refused
+// the login (err then says why); conn is left open either way.
+func Login(conn net.Conn, o ConnectOptions, timeout time.Duration, size int) (r *bufio.Reader, code byte, err error) {
+	_ = conn.SetDeadline(time.Now().Add(timeout))
+	if _, err = conn.Write(EncodeConnect(o)); err != nil {
+		return nil, 0, err
+	}
+	r = bufio.NewReaderSize(conn, size)
+	typ, _, body, err := ReadPacket(r, nil, 64)
+	switch {
+	case err != nil:
+		return nil, 0, err
+	case typ != Connack || len(body) != 2:
+		return nil, 0, fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
+	case body[1] != 0:
+		return nil, body[1], fmt.Errorf("the broker refused the connection: %s", ConnackReason(body[1]))
+	}
+	_ = conn.SetDeadline(time.Time{})
+	return r, 0, nil
+}
