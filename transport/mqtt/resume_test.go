@@ -104,9 +104,10 @@ func (p *mqttProxy) sever() {
 	p.conns = nil
 }
 
-// TestMQTTResumeIsNoPuback: paho's resume after a reconnection completes
-// an interrupted publication's token without a PUBACK. The result must stay
-// in the outbox until a real PUBACK, or a crash right then would lose it.
+// TestMQTTResumeIsNoPuback: the publication of a result sent again after a
+// reconnection is no PUBACK (paho's resume completed the interrupted
+// publication's token without one). The result must stay in the outbox
+// until a real PUBACK, or a crash right then would lose it.
 func TestMQTTResumeIsNoPuback(t *testing.T) {
 	b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(t)})
 	if err != nil {
@@ -135,12 +136,12 @@ func TestMQTTResumeIsNoPuback(t *testing.T) {
 	if outbox() != 1 {
 		t.Fatal("the result left the outbox without a PUBACK")
 	}
-	// The connection breaks; paho reconnects and resumes the publication.
+	// The connection breaks; the client reconnects and publishes it again.
 	proxy.sever()
 	wait.For(t, 10*time.Second, "the resumed publication", func() bool { return len(col.Messages("")) > 1 })
 	wait.Settle(t, 500*time.Millisecond, "a result confirmed without a PUBACK would have left the outbox by now")
 	if outbox() != 1 {
-		t.Fatal("the result left the outbox on paho's resume, without a PUBACK")
+		t.Fatal("the result left the outbox on its resend, without a PUBACK")
 	}
 	proxy.dropPubacks.Store(false)
 	wait.For(t, 10*time.Second, "the confirmation after a real PUBACK", func() bool { return outbox() == 0 })
