@@ -1,10 +1,10 @@
 // Package backoff owns the one retry schedule of the product: an
 // exponential wait, capped, with one jitter rule. The daemon's supervisor
 // (restarting a crashed agent), the design layer's fetcher (retrying a
-// template) and the MQTT client's first connection to the hub all wait by
-// it, so that a fleet that failed together spreads out the same way
-// everywhere. (Once connected, paho's automatic reconnection keeps its own
-// schedule, to which transport/mqtt adds a jitter of up to a quarter.)
+// template) and an agent's MQTT connection to the hub (transport/mqtt:
+// every failed attempt, before the first connection and after a loss) all
+// wait by it, so that a fleet that failed together spreads out the same
+// way everywhere.
 //
 // Invariant: Delay(n) is Initial·2ⁿ, at most Max, times a factor drawn
 // uniformly from [1−Jitter, 1+Jitter), Jitter being ±20%. It never

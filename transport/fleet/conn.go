@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/wire"
 )
 
 // hubConn is the claims' own connection to the hub: an MQTT 3.1.1 client
@@ -244,24 +244,12 @@ func (h *hubConn) connect() (net.Conn, io.Reader, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	_ = conn.SetDeadline(time.Now().Add(connectTimeout))
-	if _, err := conn.Write(encodeConnect(h.clientID, h.user, h.pass, h.keepAlive)); err != nil {
-		conn.Close()
-		return nil, nil, err
-	}
-	r := bufio.NewReaderSize(conn, readBuffer)
-	typ, _, body, err := readPacket(r, nil)
-	if err == nil && (typ != pkConnack || len(body) != 2) {
-		err = fmt.Errorf("the broker answered CONNECT with packet type %d", typ)
-	}
-	if err == nil && body[1] != 0 {
-		err = fmt.Errorf("the broker refused the connection: %s", connackReason(body[1]))
-	}
+	r, _, err := wire.Login(conn, wire.ConnectOptions{ClientID: h.clientID, User: h.user, Pass: h.pass,
+		KeepAlive: h.keepAlive, CleanSession: true}, connectTimeout, readBuffer)
 	if err != nil {
 		conn.Close()
 		return nil, nil, err
 	}
-	_ = conn.SetDeadline(time.Time{})
 	return conn, r, nil
 }
 
@@ -287,23 +275,6 @@ func (h *hubConn) writeTo(conn net.Conn, pk []byte) bool {
 	return true
 }
 
-// connackReason names an MQTT 3.1.1 CONNACK return code.
-func connackReason(code byte) string {
-	switch code {
-	case 1:
-		return "unacceptable protocol version"
-	case 2:
-		return "client identifier rejected"
-	case 3:
-		return "server unavailable"
-	case 4:
-		return "bad user name or password"
-	case 5:
-		return "not authorised"
-	}
-	return fmt.Sprintf("return code %d", code)
-}
-
 // ping sends PINGREQ every keep-alive interval until done, and closes the
 // connection when nothing came from the hub for one and a half intervals
 // (a PINGRESP comes within one).
@@ -320,7 +291,7 @@ func (h *hubConn) ping(conn net.Conn, done chan struct{}) {
 				conn.Close()
 				return
 			}
-			if !h.writeTo(conn, []byte{pkPingreq << 4, 0}) {
+			if !h.writeTo(conn, wire.PingreqPacket) {
 				return
 			}
 		}
@@ -331,28 +302,28 @@ func (h *hubConn) ping(conn net.Conn, done chan struct{}) {
 func (h *hubConn) read(r io.Reader) error {
 	var buf []byte
 	for {
-		typ, flags, body, err := readPacket(r, buf)
+		typ, flags, body, err := wire.ReadPacket(r, buf, maxPacket)
 		if err != nil {
 			return err
 		}
 		h.lastIn.Store(time.Now().UnixNano())
 		buf = body[:0]
 		switch typ {
-		case pkPublish:
-			p, err := decodePublish(flags, body)
+		case wire.Publish:
+			p, err := wire.DecodePublish(flags, body)
 			if err != nil {
 				return err
 			}
-			if p.qos == 2 {
+			if p.QoS == 2 {
 				return errors.New("fleet: a PUBLISH of QoS 2 from the broker, on subscriptions of QoS 1")
 			}
-			if !p.truncated && h.handler != nil {
-				h.handler(p.topic, p.payload, p.retained)
+			if !p.Truncated && h.handler != nil {
+				h.handler(p.Topic, p.Payload, p.Retained)
 			}
-			if p.qos > 0 {
-				h.write([]byte{pkPuback << 4, 2, byte(p.id >> 8), byte(p.id)})
+			if p.QoS > 0 {
+				h.write(wire.AppendPuback(nil, p.ID))
 			}
-		case pkPuback, pkSuback, pkUnsuback:
+		case wire.Puback, wire.Suback, wire.Unsuback:
 			if len(body) < 2 {
 				return fmt.Errorf("fleet: malformed packet of type %d from the broker", typ)
 			}
@@ -363,12 +334,12 @@ func (h *hubConn) read(r io.Reader) error {
 			h.room.Signal()
 			h.mu.Unlock()
 			if o != nil {
-				if typ == pkSuback {
+				if typ == wire.Suback {
 					o.codes = append([]byte(nil), body[2:]...)
 				}
 				close(o.done)
 			}
-		case pkPingresp:
+		case wire.Pingresp:
 		default:
 			return fmt.Errorf("fleet: unexpected packet of type %d from the broker", typ)
 		}
@@ -443,7 +414,7 @@ func (h *hubConn) Publish(topic string, retain, hold bool, payload []byte) *hubO
 		held = &heldPub{topic: topic, payload: payload, retain: retain}
 	}
 	return h.send(&hubOp{done: make(chan struct{})}, held, func(id uint16) []byte {
-		return encodePublish(topic, payload, id, retain)
+		return wire.EncodePublish(topic, payload, id, retain)
 	})
 }
 
@@ -455,12 +426,12 @@ func (h *hubConn) Subscribe(filters map[string]byte) *hubOp {
 		o.filters = append(o.filters, f)
 		qos = append(qos, q)
 	}
-	return h.send(o, nil, func(id uint16) []byte { return encodeSubscribe(id, o.filters, qos) })
+	return h.send(o, nil, func(id uint16) []byte { return wire.EncodeSubscribe(id, o.filters, qos) })
 }
 
 // Unsubscribe ends the subscriptions to topics in one UNSUBSCRIBE.
 func (h *hubConn) Unsubscribe(topics ...string) *hubOp {
-	return h.send(&hubOp{done: make(chan struct{})}, nil, func(id uint16) []byte { return encodeUnsubscribe(id, topics) })
+	return h.send(&hubOp{done: make(chan struct{})}, nil, func(id uint16) []byte { return wire.EncodeUnsubscribe(id, topics) })
 }
 
 // Close sends DISCONNECT after what was written before it, and stops.
@@ -476,7 +447,7 @@ func (h *hubConn) Close() {
 	h.room.Broadcast()
 	h.mu.Unlock()
 	if conn != nil {
-		h.writeTo(conn, []byte{pkDisconnect << 4, 0})
+		h.writeTo(conn, wire.DisconnectPacket)
 		conn.Close()
 	}
 	if started {
@@ -484,190 +455,8 @@ func (h *hubConn) Close() {
 	}
 }
 
-// MQTT 3.1.1 packet types.
-const (
-	pkConnect    = 1
-	pkConnack    = 2
-	pkPublish    = 3
-	pkPuback     = 4
-	pkSubscribe  = 8
-	pkSuback     = 9
-	pkUnsub      = 10
-	pkUnsuback   = 11
-	pkPingreq    = 12
-	pkPingresp   = 13
-	pkDisconnect = 14
-)
-
 // maxPacket bounds the packets the claims read whole. The hub sends them
 // claims (about 200 bytes) and acknowledgements; a larger publication (a
 // device user's junk retained on a claim topic) is read up to maxPacket,
 // acknowledged and not handed on: no claim is that long.
 const maxPacket = 64 << 10
-
-// readPacket reads one packet: its type, its flags and its body (into buf
-// when it fits). A PUBLISH longer than maxPacket comes back cut to
-// maxPacket, the rest of it read and dropped (decodePublish marks it
-// truncated); any other packet that long is an error.
-func readPacket(r io.Reader, buf []byte) (typ, flags byte, body []byte, err error) {
-	var hdr [1]byte
-	if _, err = io.ReadFull(r, hdr[:]); err != nil {
-		return 0, 0, nil, err
-	}
-	n, mult := 0, 1
-	for i := 0; ; i++ {
-		var b [1]byte
-		if _, err = io.ReadFull(r, b[:]); err != nil {
-			return 0, 0, nil, err
-		}
-		n += int(b[0]&0x7f) * mult
-		if b[0]&0x80 == 0 {
-			break
-		}
-		if i == 3 {
-			return 0, 0, nil, errors.New("fleet: malformed remaining length from the broker")
-		}
-		mult <<= 7
-	}
-	typ, flags = hdr[0]>>4, hdr[0]&0x0f
-	keep := n
-	if n > maxPacket {
-		if typ != pkPublish {
-			return 0, 0, nil, fmt.Errorf("fleet: a packet of type %d and %d bytes from the broker", typ, n)
-		}
-		keep = maxPacket
-	}
-	if cap(buf) < keep {
-		buf = make([]byte, keep)
-	}
-	body = buf[:keep]
-	if _, err = io.ReadFull(r, body); err != nil {
-		return 0, 0, nil, err
-	}
-	if n > keep {
-		if _, err = io.CopyN(io.Discard, r, int64(n-keep)); err != nil {
-			return 0, 0, nil, err
-		}
-		flags |= flagTruncated
-	}
-	return typ, flags, body, nil
-}
-
-// flagTruncated marks, in the flags readPacket returns, a PUBLISH cut to
-// maxPacket (the fixed header's flags use the low four bits).
-const flagTruncated = 0x10
-
-// inPublish is a PUBLISH from the hub.
-type inPublish struct {
-	topic     string
-	payload   []byte
-	id        uint16
-	qos       byte
-	retained  bool
-	truncated bool
-}
-
-// decodePublish decodes the body of a PUBLISH with the fixed header's
-// flags.
-func decodePublish(flags byte, body []byte) (inPublish, error) {
-	p := inPublish{qos: (flags >> 1) & 3, retained: flags&1 == 1, truncated: flags&flagTruncated != 0}
-	if p.qos == 3 {
-		return p, errors.New("fleet: a PUBLISH of QoS 3 from the broker")
-	}
-	if len(body) < 2 {
-		return p, errors.New("fleet: a PUBLISH without a topic from the broker")
-	}
-	tl := int(binary.BigEndian.Uint16(body))
-	rest := body[2:]
-	if tl > len(rest) {
-		return p, errors.New("fleet: a PUBLISH whose topic is longer than the packet from the broker")
-	}
-	p.topic, rest = string(rest[:tl]), rest[tl:]
-	if p.qos > 0 {
-		if len(rest) < 2 {
-			return p, errors.New("fleet: a PUBLISH without its packet id from the broker")
-		}
-		p.id, rest = binary.BigEndian.Uint16(rest), rest[2:]
-	}
-	p.payload = rest
-	return p, nil
-}
-
-// appendLength appends an MQTT remaining length.
-func appendLength(b []byte, n int) []byte {
-	for {
-		d := byte(n & 0x7f)
-		n >>= 7
-		if n > 0 {
-			d |= 0x80
-		}
-		b = append(b, d)
-		if n == 0 {
-			return b
-		}
-	}
-}
-
-// appendString appends an MQTT UTF-8 string (length, then bytes).
-func appendString(b []byte, s string) []byte {
-	return append(binary.BigEndian.AppendUint16(b, uint16(len(s))), s...)
-}
-
-func encodeConnect(clientID, user, pass string, keepAlive time.Duration) []byte {
-	flags := byte(0x02) // clean session
-	n := 10 + 2 + len(clientID)
-	if user != "" {
-		flags |= 0x80 | 0x40
-		n += 2 + len(user) + 2 + len(pass)
-	}
-	b := appendLength([]byte{pkConnect << 4}, n)
-	b = appendString(b, "MQTT")
-	b = append(b, 4, flags)
-	b = binary.BigEndian.AppendUint16(b, uint16(keepAlive/time.Second))
-	b = appendString(b, clientID)
-	if user != "" {
-		b = appendString(b, user)
-		b = appendString(b, pass)
-	}
-	return b
-}
-
-// encodePublish encodes a PUBLISH of QoS 1 with packet id id (the claims
-// publish nothing at QoS 0).
-func encodePublish(topic string, payload []byte, id uint16, retain bool) []byte {
-	h := byte(pkPublish<<4 | 1<<1)
-	if retain {
-		h |= 1
-	}
-	n := 2 + len(topic) + 2 + len(payload)
-	b := appendLength(append(make([]byte, 0, n+5), h), n)
-	b = appendString(b, topic)
-	b = binary.BigEndian.AppendUint16(b, id)
-	return append(b, payload...)
-}
-
-func encodeSubscribe(id uint16, filters []string, qos []byte) []byte {
-	n := 2
-	for _, f := range filters {
-		n += 2 + len(f) + 1
-	}
-	b := appendLength([]byte{pkSubscribe<<4 | 2}, n)
-	b = binary.BigEndian.AppendUint16(b, id)
-	for i, f := range filters {
-		b = append(appendString(b, f), qos[i])
-	}
-	return b
-}
-
-func encodeUnsubscribe(id uint16, topics []string) []byte {
-	n := 2
-	for _, t := range topics {
-		n += 2 + len(t)
-	}
-	b := appendLength([]byte{pkUnsub<<4 | 2}, n)
-	b = binary.BigEndian.AppendUint16(b, id)
-	for _, t := range topics {
-		b = appendString(b, t)
-	}
-	return b
-}

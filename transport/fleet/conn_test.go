@@ -1,8 +1,6 @@
 package fleet
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,90 +14,6 @@ import (
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
-
-// TestPublishRoundTrip: what encodePublish writes, readPacket and
-// decodePublish read back, across the one-, two- and three-byte remaining
-// lengths; a PUBLISH longer than maxPacket comes back truncated, the rest
-// of it read past, and the packet behind it intact.
-func TestPublishRoundTrip(t *testing.T) {
-	for _, n := range []int{0, 1, 100, 126, 127, 128, 300, 16383, 16384, 20000, maxPacket + 10} {
-		payload := bytes.Repeat([]byte{'x'}, n)
-		var stream bytes.Buffer
-		stream.Write(encodePublish("openstarry/fleet/claims/t-1", payload, 7, true))
-		stream.Write([]byte{pkPingresp << 4, 0})
-		r := bufio.NewReader(&stream)
-		typ, flags, body, err := readPacket(r, nil)
-		if err != nil || typ != pkPublish {
-			t.Fatalf("%d bytes: type %d, %v", n, typ, err)
-		}
-		p, err := decodePublish(flags, body)
-		if err != nil {
-			t.Fatalf("%d bytes: %v", n, err)
-		}
-		if p.topic != "openstarry/fleet/claims/t-1" || p.id != 7 || p.qos != 1 || !p.retained {
-			t.Fatalf("%d bytes: %+v", n, p)
-		}
-		if want := n + 2 + len(p.topic) + 2; want > maxPacket {
-			if !p.truncated {
-				t.Fatalf("%d bytes: not marked truncated", n)
-			}
-		} else if p.truncated || !bytes.Equal(p.payload, payload) {
-			t.Fatalf("%d bytes: payload of %d bytes back, truncated %v", n, len(p.payload), p.truncated)
-		}
-		if typ, _, _, err := readPacket(r, nil); err != nil || typ != pkPingresp {
-			t.Fatalf("%d bytes: the packet behind: type %d, %v", n, typ, err)
-		}
-	}
-}
-
-// TestReadPacketRejects: malformed input from the hub is an error (the
-// connection is then dropped and made again), never a panic or a packet.
-func TestReadPacketRejects(t *testing.T) {
-	for name, in := range map[string][]byte{
-		"length of five bytes":    {pkPublish << 4, 0xff, 0xff, 0xff, 0xff, 0x01},
-		"SUBACK beyond maxPacket": append([]byte{pkSuback << 4}, appendLength(nil, maxPacket+1)...),
-		"cut short":               {pkPuback << 4, 2, 0},
-	} {
-		if _, _, _, err := readPacket(bytes.NewReader(in), nil); err == nil {
-			t.Errorf("%s: no error", name)
-		}
-	}
-	for name, body := range map[string][]byte{
-		"no topic length":       {0},
-		"topic beyond the body": {0, 9, 'a'},
-		"no packet id":          {0, 1, 'a', 0},
-	} {
-		if _, err := decodePublish(1<<1, body); err == nil {
-			t.Errorf("%s: no error", name)
-		}
-	}
-	if _, err := decodePublish(3<<1, []byte{0, 1, 'a', 0, 1}); err == nil {
-		t.Error("QoS 3: no error")
-	}
-}
-
-// FuzzReadPacket: readPacket and decodePublish on any bytes the hub could
-// send.
-func FuzzReadPacket(f *testing.F) {
-	f.Add(encodePublish("openstarry/fleet/claims/t", []byte(`{"task_id":"t"}`), 1, true))
-	f.Add([]byte{pkSuback << 4, 3, 0, 1, 0x80})
-	f.Add([]byte{pkPublish<<4 | 1, 0xff, 0xff, 0x03})
-	f.Fuzz(func(t *testing.T, in []byte) {
-		r := bytes.NewReader(in)
-		for {
-			typ, flags, body, err := readPacket(r, nil)
-			if err != nil {
-				return
-			}
-			if len(body) > maxPacket {
-				t.Fatalf("a body of %d bytes", len(body))
-			}
-			if typ == pkPublish {
-				_, _ = decodePublish(flags, body)
-			}
-		}
-	})
-}
 
 // cutProxy is a TCP proxy to a broker whose connections the test can cut,
 // and which refuses new ones while down.

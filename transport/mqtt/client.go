@@ -7,19 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
+	"net"
 	"net/url"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	paho "github.com/eclipse/paho.mqtt.golang"
-	"github.com/eclipse/paho.mqtt.golang/packets"
 	"github.com/rs/zerolog"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
 	"github.com/openstarry/openstarry-edge/core/backoff"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/wire"
 )
 
 // Errors of Start: the broker will not take this client, and retrying will
@@ -57,12 +56,16 @@ type Stats struct {
 // Client connects one agent to a broker. It implements agent.Outbox; give
 // it to the runtime (Config.Outbox, Config.OnProgress = Client.Progress),
 // then call Start with the runtime.
+//
+// It is no paho client: its connection is its own (link.go says why and
+// how), an MQTT 3.1.1 session on the codec of transport/mqtt/wire.
 type Client struct {
 	cfg    Config
 	log    zerolog.Logger
 	url    *url.URL
+	tc     *tls.Config
 	topics Topics
-	pc     paho.Client
+	will   []byte // the last will's payload (nil: no will)
 
 	ctx    context.Context // ends at Close
 	cancel context.CancelFunc
@@ -71,32 +74,39 @@ type Client struct {
 	rt  Runtime       // set by Start before the first connection
 	sem chan struct{} // bounds the tasks on their way to durability
 
-	ackMu   sync.Mutex    // guards acks
-	acks    []*taken      // the runtime's answers, for ackLoop
-	ackWake chan struct{} // nudges ackLoop
+	ackMu sync.Mutex // guards acks
+	acks  []*taken   // the runtime's answers, for the publisher
 
-	mu       sync.Mutex    // guards incoming, reports, conn, gen, started, closed
-	incoming []*pending    // results handed over by Deliver, not yet seen by the publisher
-	reports  []progressMsg // progress reports not yet seen by the publisher, in order
-	lastSeq  uint64        // highest Seq handed over
-	anySeq   bool          // lastSeq is set
-	conn     bool          // a connection is up
-	gen      uint64        // connections so far
-	started  bool
-	closed   bool
+	wmu sync.Mutex // one write on the connection at a time, whole
+
+	mu      sync.Mutex       // guards what follows
+	nc      net.Conn         // the connection; nil while there is none
+	gen     uint64           // connections so far
+	ops     map[uint16]opRef // packet id → what waits for its acknowledgement
+	nextID  uint16           // the last packet id handed out
+	flight  []*pending       // results handed over, not yet confirmed, in Seq order
+	sent    int              // flight[:sent] were published (and wait for their PUBACK)
+	resend  bool             // a new connection: flight[:sent] are published again (DUP)
+	fresh   bool             // results were handed over since the publisher's last pass
+	reports []progressMsg    // progress reports not yet seen by the publisher, in order
+	lastSeq uint64           // highest Seq handed over
+	anySeq  bool             // lastSeq is set
+	started bool
+	closed  bool
+
+	lastIn  atomic.Int64 // when the last packet came from the broker (unix nanoseconds)
+	blocked atomic.Bool  // the reader waits for room (MaxPendingSubmits): the broker is not silent
 
 	wake       chan struct{} // nudges the publisher
 	subscribed chan struct{} // closed after the first subscription attempt
 	subOnce    sync.Once
 	waitingN   atomic.Int64 // results handed over and not yet confirmed
-	// checkEvery is how often the publish loop looks at a result waiting
-	// to be published again or waiting for its PUBACK.
+	// checkEvery is how often the publisher looks at a result waiting for
+	// its PUBACK, and publishes progress reports left waiting.
 	checkEvery time.Duration
 
-	reconnects atomic.Int64 // reconnection attempts since the last connection, for jitter
-	store      *resumeStore // paho's store; tells which publications paho resumed
-	rejected   *rejectedSet // retained messages already dead-lettered
-	instance   Instance     // this process, in the status it owns
+	rejected *rejectedSet // retained messages already dead-lettered
+	instance Instance     // this process, in the status it owns
 
 	received, accepted, duplicates, deadLettered, published atomic.Uint64
 	queueFullLogged                                         atomic.Int64 // unix seconds of the last "queue full" log
@@ -112,53 +122,20 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:        cfg,
 		url:        u,
+		tc:         tc,
 		topics:     TopicsFor(cfg.TopicPrefix, cfg.Device, cfg.Agent, cfg.FleetGroup),
 		sem:        make(chan struct{}, cfg.MaxPendingSubmits),
+		ops:        map[uint16]opRef{},
 		wake:       make(chan struct{}, 1),
-		ackWake:    make(chan struct{}, 1),
 		checkEvery: time.Second,
 		subscribed: make(chan struct{}),
-		store:      newResumeStore(),
 		rejected:   newRejectedSet(cfg.StateDir),
 		instance:   NewInstance(""),
 	}
 	c.log = cfg.Log.With().Str("component", "mqtt").Str("agent", cfg.Agent).Logger()
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-
-	o := paho.NewClientOptions().
-		AddBroker(u.String()).
-		SetClientID(ClientID(cfg.Device, cfg.Agent)).
-		SetCleanSession(false).
-		SetProtocolVersion(4). // no silent fallback to 3.1 (a refused login would be tried twice)
-		SetOrderMatters(true). // onTask only hands the message to a goroutine
-		SetAutoAckDisabled(true).
-		SetStore(c.store). // resumed publications keep their order
-		SetKeepAlive(cfg.KeepAlive).
-		SetPingTimeout(10 * time.Second).
-		SetConnectTimeout(cfg.ConnectTimeout).
-		SetWriteTimeout(10 * time.Second).
-		SetConnectRetry(false). // the first attempt is synchronous (see Start)
-		SetAutoReconnect(true).
-		SetMaxReconnectInterval(cfg.MaxReconnectInterval).
-		SetDefaultPublishHandler(c.onOther).
-		SetOnConnectHandler(c.onConnect).
-		SetConnectionLostHandler(c.onConnectionLost).
-		SetReconnectingHandler(c.onReconnecting)
 	if !cfg.NoDeviceStatus {
-		o.SetBinaryWill(c.topics.Status, c.status("offline", "connection lost"), 1, true)
-	}
-	if cfg.Username != "" {
-		o.SetUsername(cfg.Username)
-		o.SetPassword(cfg.Password)
-	}
-	if tc != nil {
-		o.SetTLSConfig(tc)
-	}
-	o.SetCustomOpenConnectionFn(Opener(tc))
-	c.pc = paho.NewClient(o)
-	c.pc.AddRoute(c.topics.Tasks, c.onTask)
-	if !cfg.NoFleet {
-		c.pc.AddRoute(c.topics.Fleet, c.onTask)
+		c.will = c.status("offline", "connection lost")
 	}
 	return c, nil
 }
@@ -186,13 +163,13 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 	c.started = true
 	c.mu.Unlock()
 	c.rt = rt
-	c.wg.Add(2)
+	c.wg.Add(1)
 	go c.publishLoop()
-	go c.ackLoop()
 
-	tok := c.pc.Connect()
-	err := waitToken(ctx, tok, c.cfg.ConnectTimeout+5*time.Second)
+	conn, r, code, err := c.dial(ctx)
 	if err == nil {
+		c.wg.Add(1)
+		go c.run(conn, r)
 		// Return subscribed, so that what is published from now on
 		// reaches the agent even on the session's very first connection.
 		select {
@@ -202,11 +179,7 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 		}
 		return nil
 	}
-	var rc byte = packets.ErrNetworkError
-	if ct, ok := tok.(*paho.ConnectToken); ok && done(tok) {
-		rc = ct.ReturnCode()
-	}
-	if fatal := classify(rc, err); fatal != nil {
+	if fatal := classify(code, err); fatal != nil {
 		c.stop()
 		return connectError(c.url, fatal, err)
 	}
@@ -217,19 +190,19 @@ func (c *Client) Start(ctx context.Context, rt Runtime) error {
 	c.log.Warn().Err(err).Str("broker", c.url.Redacted()).
 		Msg("mqtt: broker unreachable; retrying in the background (tasks wait at the broker, results wait here)")
 	c.wg.Add(1)
-	go c.connectLoop()
+	go c.run(nil, nil)
 	return nil
 }
 
 // classify returns the sentinel of a failure that retrying will not heal,
 // or nil.
 func classify(rc byte, err error) error {
-	switch rc {
-	case packets.ErrRefusedBadUsernameOrPassword:
+	switch rc { // CONNACK return codes, paho's and wire's alike
+	case wire.RefusedCredentials:
 		return ErrBadCredentials
-	case packets.ErrRefusedNotAuthorised:
+	case wire.RefusedNotAuthed:
 		return ErrNotAuthorized
-	case packets.ErrRefusedBadProtocolVersion, packets.ErrRefusedIDRejected:
+	case wire.RefusedProtocol, wire.RefusedIdentifier:
 		return ErrRefused
 	}
 	var (
@@ -295,28 +268,6 @@ func waitToken(ctx context.Context, tok paho.Token, limit time.Duration) error {
 	}
 }
 
-// connectLoop retries the first connection until it succeeds; paho's
-// automatic reconnection takes over from there.
-func (c *Client) connectLoop() {
-	defer c.wg.Done()
-	bo := c.backoff()
-	for attempt := 2; ; attempt++ {
-		if !c.sleep(bo.Delay(attempt - 2)) {
-			return
-		}
-		tok := c.pc.Connect()
-		err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout+5*time.Second)
-		if err == nil {
-			return
-		}
-		if c.ctx.Err() != nil {
-			return
-		}
-		c.log.Warn().Err(err).Int("attempt", attempt).Dur("next_in", bo.Base(attempt-1)).Str("broker", c.url.Redacted()).
-			Msg("mqtt: cannot connect to the broker")
-	}
-}
-
 // backoff is the schedule of connection attempts: 1s doubling up to
 // MaxReconnectInterval, with core/backoff's jitter.
 func (c *Client) backoff() backoff.Policy {
@@ -334,111 +285,10 @@ func (c *Client) sleep(d time.Duration) bool {
 	}
 }
 
-func (c *Client) onConnect(pc paho.Client) {
-	if c.ctx.Err() != nil {
-		// A connection attempt that was under way when Close ran: stop
-		// disconnects it. It is not disconnected here too: paho's
-		// Disconnect is not safe to run twice at once (its status's
-		// willReconnect is written and read without the lock).
-		return
-	}
-	c.reconnects.Store(0)
-	c.mu.Lock()
-	c.conn = true
-	c.gen++
-	gen := c.gen
-	c.mu.Unlock()
-	c.log.Info().Str("broker", c.url.Redacted()).Str("client_id", ClientID(c.cfg.Device, c.cfg.Agent)).
-		Uint64("connection", gen).Msgf("mqtt: connected to %s", c.url.Redacted())
-	c.nudge()
-
-	subs := map[string]byte{c.topics.Tasks: 1}
-	if !c.cfg.NoFleet {
-		subs[c.topics.FleetShared] = 1
-	}
-	retry := c.subscribe(pc, subs, 0)
-	c.subOnce.Do(func() { close(c.subscribed) })
-	if !c.cfg.NoDeviceStatus {
-		if err := waitToken(c.ctx, pc.Publish(c.topics.Status, 1, true, c.status("online", "")), c.cfg.PublishTimeout); err != nil {
-			c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
-		}
-	}
-	// What was refused or not answered is asked for again on this
-	// connection, by the connection schedule, until it is granted or the
-	// connection is gone: an agent never sits connected without its task
-	// topics. A broker refuses a subscription for more than its ACL: the
-	// embedded one also refuses a SUBSCRIBE whose packet identifier is that
-	// of a message it is redelivering to the same session.
-	bo := c.backoff()
-	for n := 0; len(retry) > 0; n++ {
-		if !c.sleep(bo.Delay(n)) {
-			return
-		}
-		if conn, g := c.connected(); !conn || g != gen {
-			return // the next connection subscribes again
-		}
-		retry = c.subscribe(pc, retry, n+1)
-	}
-}
-
-// subscribe asks for subs and returns what was refused or not answered.
-// Retries (retry > 0) log at warn level.
-func (c *Client) subscribe(pc paho.Client, subs map[string]byte, retry int) map[string]byte {
-	tok := pc.SubscribeMultiple(subs, nil)
-	if err := waitToken(c.ctx, tok, c.cfg.ConnectTimeout); err != nil {
-		if c.ctx.Err() == nil {
-			c.log.Warn().Err(err).Int("retry", retry).Msg("mqtt: subscribing failed; asking again")
-		}
-		return subs
-	}
-	st, ok := tok.(*paho.SubscribeToken)
-	if !ok {
-		return nil
-	}
-	var refused map[string]byte
-	for topic, code := range st.Result() {
-		if code <= 2 {
-			c.log.Info().Str("topic", topic).Msgf("mqtt: subscribed to %s", topic)
-			continue
-		}
-		ev := c.log.Error()
-		if retry > 0 {
-			ev = c.log.Warn()
-		}
-		ev.Str("topic", topic).Int("retry", retry).
-			Msgf("mqtt: the broker refused the subscription to %s (check its ACL for this user); asking again", topic)
-		if refused == nil {
-			refused = map[string]byte{}
-		}
-		refused[topic] = subs[topic]
-	}
-	return refused
-}
-
-func (c *Client) onConnectionLost(_ paho.Client, err error) {
-	c.mu.Lock()
-	c.conn = false
-	c.mu.Unlock()
-	c.log.Warn().Err(err).Str("broker", c.url.Redacted()).
-		Msg("mqtt: connection to the broker lost; reconnecting (results are kept until delivered)")
-}
-
-// onReconnecting runs before each automatic reconnection attempt, after
-// paho's own exponential backoff; it adds jitter so that a fleet that lost
-// its hub at once does not return at once.
-func (c *Client) onReconnecting(paho.Client, *paho.ClientOptions) {
-	n := c.reconnects.Add(1)
-	est := min(time.Second<<min(n, 16), c.cfg.MaxReconnectInterval)
-	if !c.sleep(rand.N(est/4 + 1)) {
-		return
-	}
-	c.log.Debug().Int64("attempt", n).Msg("mqtt: reconnecting")
-}
-
 func (c *Client) connected() (bool, uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.conn, c.gen
+	return c.nc != nil, c.gen
 }
 
 func (c *Client) nudge() {
@@ -511,32 +361,36 @@ func (c *Client) Close(ctx context.Context) error {
 		return nil
 	}
 	c.flush(ctx)
-	if !c.cfg.NoFleet && c.pc.IsConnectionOpen() {
+	if up, _ := c.connected(); up && !c.cfg.NoFleet {
 		// Leave the fleet group: the persistent session would stay in it
 		// and the hub would go on queueing fleet tasks for an agent that
 		// is not there. What is in flight stays in the session.
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		if err := waitToken(dctx, c.pc.Unsubscribe(c.topics.FleetShared), 2*time.Second); err != nil {
+		if err := c.unsubscribe(c.topics.FleetShared).wait(ctx, 2*time.Second); err != nil {
 			c.log.Warn().Err(err).Msg("mqtt: leaving the fleet group failed; the hub may queue fleet tasks for this agent until it returns")
 		} else {
 			c.log.Info().Str("topic", c.topics.FleetShared).Msgf("mqtt: left the fleet group (unsubscribed from %s)", c.topics.FleetShared)
 		}
-		cancel()
 	}
-	if c.pc.IsConnectionOpen() && !c.cfg.NoDeviceStatus {
-		dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = waitToken(dctx, c.pc.Publish(c.topics.Status, 1, true, c.status("offline", "stopped")), 2*time.Second)
-		cancel()
+	if up, _ := c.connected(); up && !c.cfg.NoDeviceStatus {
+		_ = c.publish(c.topics.Status, true, c.status("offline", "stopped")).wait(ctx, 2*time.Second)
 	}
 	c.stop()
 	return nil
 }
 
-// stop ends the goroutines and the connection.
+// stop ends the goroutines and the connection: DISCONNECT (the broker
+// then drops the last will), after what was written before it.
 func (c *Client) stop() {
 	c.cancel()
+	c.mu.Lock()
+	c.closed = true
+	nc := c.nc
+	c.mu.Unlock()
+	if nc != nil {
+		c.writeOn(nc, wire.DisconnectPacket)
+		nc.Close()
+	}
 	c.wg.Wait()
-	c.pc.Disconnect(250)
 }
 
 // flush waits until every result handed over is confirmed, ctx ends, or the
@@ -557,74 +411,5 @@ func (c *Client) flush(ctx context.Context) {
 	}
 }
 
-// resumeStore is paho's ordered memory store, adapted to what paho's
-// resume (run after every connection of a persistent session) does with it:
-//
-//   - It keeps its own copy of a PUBLISH and hands out copies. resume sets
-//     the DUP flag on the packet Get returns, while the packet Publish queued
-//     may still be waiting to be written from before the reconnection, a
-//     data race inside paho (eclipse-paho/paho.mqtt.golang#703); with copies
-//     nothing is shared.
-//   - Get marks the message id of an outbound PUBLISH that resume is about
-//     to send again. resume then completes that publication's original
-//     token without error although no PUBACK came (it replaces the token
-//     with its own), so a token's success means nothing once its id was
-//     resumed: the publisher checks ResumedSince before it confirms.
-type resumeStore struct {
-	*paho.OrderedMemoryStore
-
-	mu    sync.Mutex        // guards seq and marks
-	seq   uint64            // marks handed out
-	marks map[uint16]uint64 // message id → seq when resume last took it
-}
-
-func newResumeStore() *resumeStore {
-	return &resumeStore{OrderedMemoryStore: paho.NewOrderedMemoryStore(), marks: map[uint16]uint64{}}
-}
-
-func copyPacket(m packets.ControlPacket) packets.ControlPacket {
-	if p, ok := m.(*packets.PublishPacket); ok {
-		cp := *p
-		return &cp
-	}
-	return m
-}
-
-// Put stores a copy of a PUBLISH (Publish calls it before it queues the
-// packet, so nothing else touches it yet).
-func (s *resumeStore) Put(key string, m packets.ControlPacket) {
-	s.OrderedMemoryStore.Put(key, copyPacket(m))
-}
-
-// Get returns a copy of the stored packet; for an outbound PUBLISH (only
-// resume reads those) it marks the message id as resumed.
-func (s *resumeStore) Get(key string) packets.ControlPacket {
-	m := s.OrderedMemoryStore.Get(key)
-	if p, ok := m.(*packets.PublishPacket); ok && strings.HasPrefix(key, "o.") {
-		s.mu.Lock()
-		s.seq++
-		s.marks[p.MessageID] = s.seq
-		s.mu.Unlock()
-	}
-	return copyPacket(m)
-}
-
-// Mark returns the current mark; take it before publishing.
-func (s *resumeStore) Mark() uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.seq
-}
-
-// ResumedSince reports whether resume took message id after mark.
-func (s *resumeStore) ResumedSince(id uint16, mark uint64) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.marks[id] > mark
-}
-
 // Interface guards.
-var (
-	_ agent.Outbox = (*Client)(nil)
-	_ paho.Store   = (*resumeStore)(nil)
-)
+var _ agent.Outbox = (*Client)(nil)

@@ -164,8 +164,9 @@ func Opener(tc *tls.Config) paho.OpenConnectionFunc {
 
 // DialBroker connects to the broker at u (a URL ParseBrokerURL accepted) as
 // paho's own opener dials it: TCP, then TLS when tc is set, through the
-// proxy that ALL_PROXY names (NO_PROXY excepted), all within timeout. The
-// fleet's claims, which are no paho client, dial with it too.
+// proxy that ALL_PROXY names (NO_PROXY excepted), all within timeout. An
+// agent's Client and the fleet's claims, which are no paho clients, dial
+// with it too.
 func DialBroker(u *url.URL, tc *tls.Config, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()

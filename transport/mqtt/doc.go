@@ -1,6 +1,8 @@
-// Package mqtt is the device's task transport: a paho MQTT client that takes
-// tasks from a hub (or the embedded broker, transport/broker) into an
-// agent's runtime and publishes its results, progress and status.
+// Package mqtt is the device's task transport: an MQTT 3.1.1 client of its
+// own (link.go; the codec is transport/mqtt/wire) that takes tasks from a
+// hub (or the embedded broker, transport/broker) into an agent's runtime and
+// publishes its results, progress and status. The daemon's and the CLI's
+// connections (Infra, SendTask, Dial) are paho clients.
 //
 // # Topics (prefix configurable, default "openstarry")
 //
@@ -33,9 +35,9 @@
 //     published after the reconnection, oldest first, however long the
 //     link was down. A result may be published more than once (after a
 //     restart, a reconnection, or a lost PUBACK), never computed twice.
-//     paho completes the token of a publication it resends after a
-//     reconnection without any PUBACK; such a completion is recognised
-//     (resumeStore) and never taken for a confirmation.
+//     A result keeps its packet id until its PUBACK; after a reconnection
+//     it is published again with that id and DUP, and only a PUBACK of
+//     that id confirms it: a resend is never taken for a confirmation.
 //   - Startup fails with one error when the broker refuses the credentials
 //     or the TLS handshake fails (bad CA, bad client certificate): those do
 //     not heal by retrying. An unreachable broker is not an error: the

@@ -8,8 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/openstarry/openstarry-edge/core/agent"
 )
 
@@ -21,22 +19,36 @@ const CodeClaimedElsewhere = "claimed_elsewhere"
 // letter.
 const maxDeadLetterPayload = 4 << 10
 
-// onTask runs on paho's router goroutine for every message on a task topic,
+// onTask runs on the reader's goroutine for every message on a task topic,
 // in order. It decodes the message there and hands the task to the runtime
 // without waiting for it (Runtime.SubmitAsync): the runtime answers once the
-// task is durable, and the acker goroutine (ackLoop) then acknowledges it.
+// task is durable, and the publisher goroutine (publishLoop) then
+// acknowledges it.
 // Tasks are thus queued in the order they came, and a burst of them shares
 // one save (group commit) with no goroutine per task. onTask blocks only when
 // MaxPendingSubmits tasks are on their way to durability (backpressure).
 // What may wait on the broker (a fleet claim, the publication of a dead
-// letter) runs on a goroutine of its own: the router must never wait for
-// the broker, whose answers it routes.
-func (c *Client) onTask(_ paho.Client, m paho.Message) {
+// letter) runs on a goroutine of its own: the reader must never wait for
+// the broker, whose answers it reads.
+func (c *Client) onTask(m *inMsg) {
 	c.received.Add(1)
 	select {
 	case c.sem <- struct{}{}:
-	case <-c.ctx.Done():
-		return // not acknowledged: redelivered to the next session
+	default:
+		// Backpressure: the broker's packets wait in the socket meanwhile
+		// (ping does not take its silence for a dead connection).
+		c.blocked.Store(true)
+		got := false
+		select {
+		case c.sem <- struct{}{}:
+			got = true
+		case <-c.ctx.Done():
+		}
+		c.lastIn.Store(time.Now().UnixNano())
+		c.blocked.Store(false)
+		if !got {
+			return // not acknowledged: redelivered to the next session
+		}
 	}
 	if c.cfg.FleetGate != nil && m.Topic() == c.topics.Fleet {
 		go c.take(m, true)
@@ -46,8 +58,8 @@ func (c *Client) onTask(_ paho.Client, m paho.Message) {
 }
 
 // take decodes one message and submits or rejects it; own says it runs on
-// a goroutine of its own (else on the router's).
-func (c *Client) take(m paho.Message, own bool) {
+// a goroutine of its own (else on the reader's).
+func (c *Client) take(m *inMsg, own bool) {
 	rejectIt := func(err error) {
 		if own {
 			c.reject(m, err)
@@ -111,62 +123,31 @@ func (c *Client) claim(taskID string) (owner string, mine bool, err error) {
 
 // taken is one task on its way to durability, then to its acknowledgement.
 type taken struct {
-	m    paho.Message
+	m    *inMsg
 	ev   agent.Event
 	res  agent.SubmitResult
 	wait time.Duration // the last wait after a full queue
 }
 
 // submit hands a task to the runtime; the runtime's answer goes to the
-// acker, which never makes the runtime wait.
+// publisher, which never makes the runtime wait.
 func (c *Client) submit(t *taken) {
 	c.rt.SubmitAsync(c.ctx, t.ev, func(res agent.SubmitResult) {
 		t.res = res
 		c.ackMu.Lock()
 		c.acks = append(c.acks, t)
 		c.ackMu.Unlock()
-		select {
-		case c.ackWake <- struct{}{}:
-		default:
-		}
+		c.nudge()
 	})
 }
 
-// ackLoop settles the runtime's answers, in the order they came, until the
-// client closes; then it settles what is left.
-func (c *Client) ackLoop() {
-	defer c.wg.Done()
-	var batch []*taken
-	for {
-		stop := false
-		select {
-		case <-c.ackWake:
-		case <-c.ctx.Done():
-			stop = true
-		}
-		for {
-			c.ackMu.Lock()
-			batch, c.acks = c.acks, batch[:0]
-			c.ackMu.Unlock()
-			if len(batch) == 0 {
-				break
-			}
-			for i, t := range batch {
-				c.settle(t)
-				batch[i] = nil
-			}
-		}
-		if stop {
-			return
-		}
-	}
-}
-
-// settle acknowledges a task the runtime made durable (or found a duplicate
-// of). A full queue is waited out with the message unacknowledged (the
-// broker holds back what follows); any other failure leaves it
-// unacknowledged for the broker to redeliver to the next session.
-func (c *Client) settle(t *taken) {
+// settle settles the runtime's answer for a task, on the publisher's
+// goroutine; it reports whether the task is to be acknowledged now (it is
+// durable, or a duplicate), which the publisher does in its next write. A
+// full queue is waited out with the message unacknowledged (the broker
+// holds back what follows); any other failure leaves it unacknowledged for
+// the broker to redeliver to the next session.
+func (c *Client) settle(t *taken) bool {
 	m, ev, res := t.m, t.ev, t.res
 	switch {
 	case res.Err == nil:
@@ -179,8 +160,8 @@ func (c *Client) settle(t *taken) {
 			c.accepted.Add(1)
 			c.log.Debug().Str("task", ev.ID).Str("topic", m.Topic()).Msg("mqtt: task durable, acknowledged")
 		}
-		m.Ack()
 		<-c.sem
+		return true
 	case errors.Is(res.Err, agent.ErrQueueFull) && c.ctx.Err() == nil:
 		now := time.Now().Unix()
 		if last := c.queueFullLogged.Load(); now-last >= 10 && c.queueFullLogged.CompareAndSwap(last, now) {
@@ -201,6 +182,7 @@ func (c *Client) settle(t *taken) {
 			Msg("mqtt: task not durable, not acknowledged; the broker redelivers it to the next session")
 		<-c.sem
 	}
+	return false
 }
 
 // republish publishes the known result of a duplicate task again, so that
@@ -219,7 +201,7 @@ func (c *Client) republish(st agent.TaskState) {
 	body, err := json.Marshal(resultMsg{TaskID: st.TaskID, AgentID: agentID, Status: st.Status, Output: st.Output,
 		Error: st.Error, TickIndex: st.TickIndex})
 	if err == nil {
-		c.pc.Publish(c.topics.Results, 1, false, body)
+		c.publish(c.topics.Results, false, body) // not waited for: a copy
 	}
 }
 
@@ -240,7 +222,7 @@ type deadLetter struct {
 // reject publishes a message that is not a task to the dead letter topic
 // and acknowledges it. A retained one is dead-lettered once (its digest is
 // remembered in Config.StateDir) and its retained copy cleared.
-func (c *Client) reject(m paho.Message, err error) {
+func (c *Client) reject(m *inMsg, err error) {
 	defer func() { <-c.sem }()
 	code := agent.CodeBadJSON
 	var te *agent.TaskError
@@ -282,7 +264,7 @@ func (c *Client) reject(m paho.Message, err error) {
 	c.log.Warn().Str("code", code).Str("topic", m.Topic()).Int("bytes", len(m.Payload())).Str("reason", dl.Reason).
 		Msgf("mqtt: message rejected to %s", c.topics.DeadLetter)
 	body, _ := json.Marshal(dl)
-	if err := waitToken(c.ctx, c.pc.Publish(c.topics.DeadLetter, 1, false, body), c.cfg.PublishTimeout); err != nil {
+	if err := c.publish(c.topics.DeadLetter, false, body).wait(c.ctx, c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Msg("mqtt: publishing a dead letter failed; the message is acknowledged anyway")
 	}
 	if digest != "" {
@@ -301,7 +283,7 @@ func (c *Client) reject(m paho.Message, err error) {
 // the copy; the digest remembered in StateDir still keeps it from being
 // dead-lettered twice.
 func (c *Client) clearRetained(topic string) {
-	if err := waitToken(c.ctx, c.pc.Publish(topic, 1, true, []byte{}), c.cfg.PublishTimeout); err != nil {
+	if err := c.publish(topic, true, []byte{}).wait(c.ctx, c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Str("topic", topic).Msg("mqtt: clearing a retained bad message failed")
 		return
 	}
@@ -323,7 +305,7 @@ func trimPartialRune(p []byte) []byte {
 // onOther receives messages on topics the client did not route (a stale
 // subscription of the persistent session); they are acknowledged and
 // ignored.
-func (c *Client) onOther(_ paho.Client, m paho.Message) {
+func (c *Client) onOther(m *inMsg) {
 	c.log.Warn().Str("topic", m.Topic()).Msg("mqtt: message on an unexpected topic acknowledged and ignored")
 	m.Ack()
 }

@@ -4,9 +4,8 @@ import (
 	"encoding/json"
 	"time"
 
-	paho "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/transport/mqtt/wire"
 )
 
 // publishWindow bounds the results published and not yet acknowledged.
@@ -18,27 +17,26 @@ const publishWindow = 256
 // left out when the task has none.
 type resultMsg = agent.TaskState
 
-// pending is one result on its way to the broker. Only the publisher
-// goroutine touches it once it left Client.incoming.
+// pending is one result on its way to the broker, in Client.flight; c.mu
+// guards it.
 type pending struct {
 	seq     uint64
 	taskID  string
 	payload []byte
-	tok     paho.Token // nil: (re)publish when connected
-	sentAt  time.Time
-	mark    uint64    // resumeStore mark before it was published
-	retryAt time.Time // after a failed publication: not before this
+	id      uint16    // its packet id, once published (kept until its PUBACK)
+	acked   bool      // its PUBACK came (it waits for those before it)
+	sentAt  time.Time // its last publication
 }
 
 // Deliver takes results that are durable in the snapshot's outbox (it is
 // the runtime's agent.Outbox). It never blocks: the results wait in order
 // for the publisher goroutine, which publishes them whenever the broker is
-// reachable and confirms each to the runtime after its PUBACK.
+// reachable; each is confirmed to the runtime after its PUBACK.
 func (c *Client) Deliver(results []agent.Result) {
 	if len(results) == 0 {
 		return
 	}
-	ps := make([]*pending, 0, len(results))
+	n := 0
 	c.mu.Lock()
 	for _, r := range results {
 		if c.anySeq && r.Seq <= c.lastSeq {
@@ -54,146 +52,135 @@ func (c *Client) Deliver(results []agent.Result) {
 			payload, _ = json.Marshal(resultMsg{TaskID: r.TaskID, AgentID: r.AgentID, Status: agent.ResultFailed,
 				Error: "result output is not JSON: " + err.Error(), TickIndex: r.TickIndex})
 		}
-		ps = append(ps, &pending{seq: r.Seq, taskID: r.TaskID, payload: payload})
+		c.flight = append(c.flight, &pending{seq: r.Seq, taskID: r.TaskID, payload: payload})
+		n++
 	}
-	c.incoming = append(c.incoming, ps...)
+	if n > 0 {
+		c.fresh = true
+	}
 	c.mu.Unlock()
-	c.waitingN.Add(int64(len(ps)))
+	c.waitingN.Add(int64(n))
 	c.nudge()
 }
 
-// publishLoop publishes the results in order, at most publishWindow
-// unacknowledged at a time, and confirms each after its PUBACK. A
-// publication whose connection broke is resent by paho's resume after the
-// reconnection, which also completes its token without a PUBACK
-// (resumeStore tells), so it is published again; so is one that failed
-// outright or waited PublishTimeout on a live connection. The hub may see
-// a result twice, never lose one.
+// publishLoop is the publisher: woken by the runtime (tasks durable,
+// results saved, progress), by the reader (room in the window) or by its
+// check tick, it writes in one write, in this order, the PUBACKs of the
+// tasks the runtime made durable, the progress reports, and the results
+// not yet published (at most publishWindow waiting for their PUBACK), in
+// Seq order. After a reconnection it first publishes again, with their
+// packet ids and DUP, the results still waiting for their PUBACK; at the
+// check tick it does the same for the oldest one when it waited
+// PublishTimeout. The reader confirms them (acked). The hub may see a
+// result twice, never lose one.
 func (c *Client) publishLoop() {
 	defer c.wg.Done()
 	var (
-		list        []*pending // in Seq order
-		outstanding int        // entries of list with a token
-		lastGen     uint64
-		reports     []progressMsg // progress reports to publish, in order
-		ticked      bool          // this pass follows the check tick
+		acks    []*taken
+		reports []progressMsg // progress reports to publish, in order
+		ticked  bool          // this pass follows the check tick
+		buf     []byte
 	)
 	tick := time.NewTicker(c.checkEvery)
 	defer tick.Stop()
 	for {
+		c.ackMu.Lock()
+		acks, c.acks = c.acks, acks[:0]
+		c.ackMu.Unlock()
 		c.mu.Lock()
-		fresh := len(c.incoming) > 0
-		list = append(list, c.incoming...)
-		c.incoming = nil
+		fresh := c.fresh
+		c.fresh = false
 		reports = pendingProgress(reports, c.reports)
 		clear(c.reports)
 		c.reports = c.reports[:0]
-		up, gen := c.conn, c.gen
+		nc, gen := c.nc, c.gen
 		c.mu.Unlock()
 
+		buf = buf[:0]
+		for i, t := range acks {
+			if c.settle(t) && t.m.qos > 0 && t.m.gen == gen && nc != nil {
+				// A message of an earlier connection is delivered again
+				// on this one, and acknowledged then.
+				buf = wire.AppendPuback(buf, t.m.id)
+			}
+			acks[i] = nil
+		}
 		// The reports go out before the results of this pass; "done"
 		// reports alone wait for their results (Progress).
 		if len(reports) > 0 && (fresh || ticked || !allDone(reports)) {
-			if up {
-				c.publishProgress(reports)
+			if nc != nil {
+				for _, p := range reports {
+					body, _ := json.Marshal(p)
+					buf = wire.AppendPublish(buf, c.topics.Progress, body, 0, 0, false, false)
+				}
 			}
 			clear(reports)
 			reports = reports[:0]
 		}
+		if nc != nil {
+			buf = c.appendResults(buf, gen, ticked)
+		}
 		ticked = false
-
-		if up && gen != lastGen {
-			lastGen = gen
-			if n := len(list); n > 0 && gen > 1 {
-				c.log.Info().Int("results", n).Msg("mqtt: delivering results held while disconnected")
-			}
+		if len(buf) > 0 {
+			c.writeOn(nc, buf) // on failure the reader fails; the results are published again
 		}
-		if up {
-			for _, p := range list {
-				if outstanding >= publishWindow {
-					break
-				}
-				if p.tok == nil {
-					if time.Now().Before(p.retryAt) {
-						break // keep the order: nothing overtakes a result waiting to retry
-					}
-					p.mark = c.store.Mark()
-					p.tok = c.pc.Publish(c.topics.Results, 1, false, p.payload)
-					p.sentAt = time.Now()
-					outstanding++
-				}
-			}
-		}
-
-		// Settle what finished, in order of the list.
-		var head *pending
-		kept := list[:0]
-		seen, tokens := 0, outstanding // outstanding falls as tokens settle
-		for i, p := range list {
-			if seen == tokens {
-				kept = append(kept, list[i:]...)
-				break
-			}
-			if p.tok == nil {
-				kept = append(kept, p)
-				continue
-			}
-			seen++
-			select {
-			case <-p.tok.Done():
-			default:
-				if head == nil {
-					head = p
-				}
-				kept = append(kept, p)
-				continue
-			}
-			outstanding--
-			if err := p.tok.Error(); err != nil {
-				c.log.Debug().Err(err).Str("task", p.taskID).Msg("mqtt: result publication failed; it is published again")
-				p.tok, p.retryAt = nil, time.Now().Add(time.Second)
-				kept = append(kept, p)
-				continue
-			}
-			if pt, ok := p.tok.(*paho.PublishToken); !ok || c.store.ResumedSince(pt.MessageID(), p.mark) {
-				// paho resumed it after a reconnection and completed
-				// this token without a PUBACK: publish it again.
-				p.tok = nil
-				kept = append(kept, p)
-				continue
-			}
-			c.rt.Confirm(p.seq)
-			c.published.Add(1)
-			c.waitingN.Add(-1)
-		}
-		clear(list[len(kept):])
-		list = kept
-
-		if up && outstanding < publishWindow && nextReady(list) {
-			// The window has room and a result is waiting for it: the
-			// PUBACKs of the last ones all arrived while they were
-			// settled, so no token is left to wake the loop.
-			continue
-		}
-		var done <-chan struct{}
-		if head != nil {
-			done = head.tok.Done()
+		if cap(buf) > 1<<20 {
+			buf = nil
 		}
 		select {
-		case <-done:
 		case <-c.wake:
 		case <-tick.C:
 			ticked = true
-			if head != nil && up && time.Since(head.sentAt) > c.cfg.PublishTimeout {
-				c.log.Warn().Str("task", head.taskID).Dur("waited", time.Since(head.sentAt)).
-					Msg("mqtt: no PUBACK for a result; publishing it again")
-				head.tok = nil
-				outstanding--
-			}
 		case <-c.ctx.Done():
+			c.ackMu.Lock()
+			acks, c.acks = c.acks, nil
+			c.ackMu.Unlock()
+			for _, t := range acks {
+				c.settle(t) // not acknowledged: the broker redelivers them
+			}
 			return
 		}
 	}
+}
+
+// appendResults appends to buf the results to publish on connection gen:
+// after a reconnection those waiting for their PUBACK (DUP, same packet
+// id), at a check tick the oldest one when it waited PublishTimeout, then
+// those not yet published, while the window has room.
+func (c *Client) appendResults(buf []byte, gen uint64, ticked bool) []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc == nil || c.gen != gen {
+		return buf // the next connection's pass publishes them
+	}
+	now := time.Now()
+	if c.resend {
+		c.resend = false
+		if len(c.flight) > 0 && gen > 1 {
+			c.log.Info().Int("results", len(c.flight)).Msg("mqtt: delivering results held while disconnected")
+		}
+		for _, p := range c.flight[:c.sent] {
+			if !p.acked {
+				buf = wire.AppendPublish(buf, c.topics.Results, p.payload, 1, p.id, false, true)
+				p.sentAt = now
+			}
+		}
+	} else if ticked && c.sent > 0 {
+		if h := c.flight[0]; now.Sub(h.sentAt) > c.cfg.PublishTimeout {
+			c.log.Warn().Str("task", h.taskID).Dur("waited", now.Sub(h.sentAt)).
+				Msg("mqtt: no PUBACK for a result; publishing it again")
+			buf = wire.AppendPublish(buf, c.topics.Results, h.payload, 1, h.id, false, true)
+			h.sentAt = now
+		}
+	}
+	for c.sent < len(c.flight) && c.sent < publishWindow && len(c.ops) < maxOps {
+		p := c.flight[c.sent]
+		p.id, p.sentAt = c.newID(), now
+		c.ops[p.id] = opRef{p: p}
+		buf = wire.AppendPublish(buf, c.topics.Results, p.payload, 1, p.id, false, false)
+		c.sent++
+	}
+	return buf
 }
 
 // progressMsg is the payload of the progress topic.
@@ -217,7 +204,7 @@ const maxReports = 256
 // next result, which is that task's once its save returns (the runtime
 // reports "done" before it saves the result), so that the report, the
 // result and the task's PUBACK leave in one write instead of three
-// (bufferedConn), and the broker wakes once for them. A report left
+// (publishLoop), and the broker wakes once for them. A report left
 // waiting (the save failed) goes out at the publisher's next check, within
 // checkEvery.
 func (c *Client) Progress(taskID string, percent int, phase string) {
@@ -255,14 +242,6 @@ func allDone(batch []progressMsg) bool {
 	return true
 }
 
-// publishProgress publishes the reports in batch (QoS 0, not waited for).
-func (c *Client) publishProgress(batch []progressMsg) {
-	for _, p := range batch {
-		body, _ := json.Marshal(p)
-		c.pc.Publish(c.topics.Progress, 0, false, body)
-	}
-}
-
 // pendingProgress appends to batch the reports waiting in reports, each
 // replacing the one before it when both are of the same task (a model's
 // token counts come many a second), except that a "done" replaces only a
@@ -279,15 +258,4 @@ func pendingProgress(batch, reports []progressMsg) []progressMsg {
 		}
 	}
 	return batch
-}
-
-// nextReady reports whether the first result of list not yet published may
-// be published now (it is not waiting to retry).
-func nextReady(list []*pending) bool {
-	for _, p := range list {
-		if p.tok == nil {
-			return !time.Now().Before(p.retryAt)
-		}
-	}
-	return false
 }

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -102,9 +104,10 @@ func (p *mqttProxy) sever() {
 	p.conns = nil
 }
 
-// TestMQTTResumeIsNoPuback: paho's resume after a reconnection completes
-// an interrupted publication's token without a PUBACK. The result must stay
-// in the outbox until a real PUBACK, or a crash right then would lose it.
+// TestMQTTResumeIsNoPuback: the publication of a result sent again after a
+// reconnection is no PUBACK (paho's resume completed the interrupted
+// publication's token without one). The result must stay in the outbox
+// until a real PUBACK, or a crash right then would lose it.
 func TestMQTTResumeIsNoPuback(t *testing.T) {
 	b, err := broker.Start(context.Background(), broker.Config{Listen: "127.0.0.1:0", Log: testLog(t)})
 	if err != nil {
@@ -133,13 +136,76 @@ func TestMQTTResumeIsNoPuback(t *testing.T) {
 	if outbox() != 1 {
 		t.Fatal("the result left the outbox without a PUBACK")
 	}
-	// The connection breaks; paho reconnects and resumes the publication.
+	// The connection breaks; the client reconnects and publishes it again.
 	proxy.sever()
 	wait.For(t, 10*time.Second, "the resumed publication", func() bool { return len(col.Messages("")) > 1 })
 	wait.Settle(t, 500*time.Millisecond, "a result confirmed without a PUBACK would have left the outbox by now")
 	if outbox() != 1 {
-		t.Fatal("the result left the outbox on paho's resume, without a PUBACK")
+		t.Fatal("the result left the outbox on its resend, without a PUBACK")
 	}
 	proxy.dropPubacks.Store(false)
 	wait.For(t, 10*time.Second, "the confirmation after a real PUBACK", func() bool { return outbox() == 0 })
+}
+
+// TestMQTTResendNotConfirmed: Mosquitto is killed and started again in the
+// middle of a burst while no PUBACK reaches the agent (the proxy drops
+// them): every result reaches the hub (those published before the kill
+// are published again after it, with DUP), and none leaves the outbox, for
+// no PUBACK came; once PUBACKs come through again, every result is
+// confirmed. A client that took the resend after the reconnection for a
+// confirmation (paho's resume did) fails here.
+func TestMQTTResendNotConfirmed(t *testing.T) {
+	const n = 40
+	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
+	proxy := startProxy(t, strings.TrimPrefix(m.URL(), "tcp://"))
+	a := startAgent(t, agentOpts{brokerURL: proxy.url()})
+	tp := a.client.Topics()
+	col := mqtttest.Collect(t, m.URL(), "observer-resend", false, tp.Results)
+	pub := publisher(t, m.URL())
+	outbox := func() int {
+		s, err := a.rt.Snapshot(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(s.Outbox)
+	}
+	results := func() int { return len(mqtttest.Results(t, col, tp.Results)) }
+
+	proxy.dropPubacks.Store(true)
+	for i := range n {
+		mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("k%02d", i), 5))
+	}
+	wait.For(t, 20*time.Second, "half of the results at the hub", func() bool { return results() >= n/2 })
+	m.Kill()
+	m.Start()
+	for i := n; i < 2*n; i++ {
+		mqtttest.Publish(t, pub, tp.Tasks, sleepTask(fmt.Sprintf("k%02d", i), 5))
+	}
+	wait.For(t, 60*time.Second, "every result at the hub", func() bool { return results() == 2*n })
+	wait.For(t, 20*time.Second, "every result in the outbox", func() bool { return outbox() == 2*n })
+	wait.Settle(t, time.Second, "a result confirmed without its PUBACK would have left the outbox by now")
+	if got := outbox(); got != 2*n {
+		t.Fatalf("%d results left the outbox while no PUBACK reached the agent", 2*n-got)
+	}
+	if st := a.client.Stats(); st.Published != 0 {
+		t.Fatalf("%d results counted as published while no PUBACK reached the agent", st.Published)
+	}
+	proxy.dropPubacks.Store(false)
+	// The PUBACKs of the results published again come once the proxy
+	// lets them through: after the next resend (PublishTimeout), or a
+	// reconnection, whichever comes first.
+	proxy.sever()
+	wait.For(t, 30*time.Second, "every result confirmed", func() bool { return outbox() == 0 })
+	if st := a.client.Stats(); st.Published != 2*n {
+		t.Errorf("published %d, want %d", st.Published, 2*n)
+	}
+	for id, rs := range mqtttest.Results(t, col, tp.Results) {
+		ticks := map[uint64]bool{}
+		for _, r := range rs {
+			ticks[r.TickIndex] = true
+		}
+		if len(ticks) != 1 {
+			t.Errorf("task %s ran more than once: %v", id, rs)
+		}
+	}
 }
