@@ -63,9 +63,9 @@ func defaultProcs(getenv func(string) string) int {
 // waits in fsync stops reading its next requests until the save is done:
 // with the setting, HTTP tasks at 8 clients fell from 12–14 to 5.3–6.7
 // thousand a second in most runs. So only the agents whose store waits
-// for its syncs in the poller (bbolt on Linux, storage/bbolt/aiosync_linux.go;
-// daemon.Options.PolledSyncGodebug) get it; the others keep the GODEBUG
-// the daemon had before.
+// for its saves in the poller (bbolt on Linux, storage/bbolt/aiosync_linux.go,
+// and Redis; daemon.Options.PolledSyncGodebug) get it; the others keep
+// the GODEBUG the daemon had before.
 const quietSysmonSetting = "schedtrace=2147483647"
 
 // envGodebugBefore holds, in the daemon run again by quietSysmon, the

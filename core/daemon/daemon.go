@@ -103,9 +103,9 @@ type Options struct {
 	// (transport/webui). The daemon's own routes are the handler it gets.
 	Web func(api http.Handler) http.Handler
 	// PolledSyncGodebug, when set, is the GODEBUG of the agents whose
-	// store waits for its syncs in the runtime's poller (the default bbolt
-	// store on Linux: storage/bbolt's aioSyncer); the others keep the
-	// daemon's environment's. cmd/openstarry sets it to the daemon's own
+	// store waits for its saves in the runtime's poller (syncsInPoller:
+	// Redis, and the default bbolt store on Linux, storage/bbolt's
+	// aioSyncer); the others keep the daemon's environment's. cmd/openstarry sets it to the daemon's own
 	// when the daemon runs with the runtime's monitor quieted
 	// (cmd/openstarry/procs.go says why only those agents may).
 	PolledSyncGodebug string

@@ -90,9 +90,9 @@ func TestEnvScrubbed(t *testing.T) {
 }
 
 // TestPolledSyncGodebug: with PolledSyncGodebug set, an agent whose store
-// waits for its syncs in the poller (bbolt on Linux, the default store
-// included) runs with that GODEBUG instead of the daemon's; any other
-// agent keeps the daemon's.
+// waits for its saves in the poller (Redis; bbolt on Linux, the default
+// store included) runs with that GODEBUG instead of the daemon's; any
+// other agent keeps the daemon's.
 func TestPolledSyncGodebug(t *testing.T) {
 	t.Setenv("GODEBUG", "gctrace=0")
 	godebug := func(env []string) []string {
@@ -114,7 +114,9 @@ func TestPolledSyncGodebug(t *testing.T) {
 		{polled, "", "bbolt:///x", polled, "gctrace=0"},
 		{polled, "sqlite:///d/s.db", "", "gctrace=0", "gctrace=0"},
 		{polled, "", "file:///d/f", "gctrace=0", "gctrace=0"},
-		{polled, "bbolt://", "redis://127.0.0.1:6380", "gctrace=0", "gctrace=0"},
+		{polled, "bbolt://", "sqlite:///d/s.db", "gctrace=0", "gctrace=0"},
+		{polled, "", "redis://127.0.0.1:6380", polled, polled},
+		{polled, "rediss://10.0.0.5", "", polled, polled},
 		{"", "", "", "gctrace=0", "gctrace=0"},
 	} {
 		cfg := config.Default()

@@ -151,10 +151,14 @@ func (s *specs) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 }
 
 // syncsInPoller says whether an agent's store (its URL; empty: the
-// default, bbolt) waits for its syncs in the runtime's poller rather than
-// on a thread that holds the agent's processor: bbolt does on Linux
+// default, bbolt) waits for its saves in the runtime's poller rather than
+// on a thread that holds the agent's processor: Redis does (a save is a
+// round trip on a socket), bbolt does on Linux
 // (storage/bbolt/aiosync_linux.go); SQLite, the file store and bbolt
 // elsewhere call fsync.
 func syncsInPoller(store string) bool {
+	if strings.HasPrefix(store, "redis:") || strings.HasPrefix(store, "rediss:") {
+		return true
+	}
 	return runtime.GOOS == "linux" && (store == "" || strings.HasPrefix(store, "bbolt:"))
 }
