@@ -34,9 +34,8 @@ func defaultProcs(getenv func(string) string) int {
 	return 1
 }
 
-// quietSysmonSetting is the GODEBUG setting the daemon, and the agents
-// whose store waits for its syncs in the runtime's poller, run with
-// (docs/daemon.md, "The runtime's monitor thread").
+// quietSysmonSetting is the GODEBUG setting the daemon and its agents run
+// with (docs/daemon.md, "The runtime's monitor thread").
 //
 // The Go runtime's monitor thread (sysmon) sleeps 20 µs between its rounds
 // for the first millisecond after it wakes from a deep sleep because a
@@ -56,21 +55,13 @@ func defaultProcs(getenv func(string) string) int {
 // golang/go#18236 asks for a runtime setting of the monitor's period;
 // there is none.
 //
-// An agent runs on one processor (oneProcessor), and a system call holds
-// it: the monitor, when it sees a call last across two of its rounds,
-// hands the processor to the agent's other goroutines meanwhile. At one
-// round every 10 ms it seldom does for an fsync, and an agent whose save
-// waits in fsync stops reading its next requests until the save is done:
-// with the setting, HTTP tasks at 8 clients fell from 12–14 to 5.3–6.7
-// thousand a second in most runs. So only the agents whose store waits
-// for its saves in the poller (bbolt on Linux, storage/bbolt/aiosync_linux.go,
-// and Redis; daemon.Options.PolledSyncGodebug) get it; the others keep
-// the GODEBUG the daemon had before.
+// A monitor rounding every 10 ms no longer hands an agent's one processor
+// to its other goroutines while a save waits in fsync: the agent reads the
+// requests that came meanwhile once the save is done, and its next save
+// takes them together (core/agent's loop makes sure of that). On Linux the
+// bbolt journal's sync waits in the poller anyway while tasks come in
+// several at a time (storage/bbolt/aiosync_linux.go).
 const quietSysmonSetting = "schedtrace=2147483647"
-
-// envGodebugBefore holds, in the daemon run again by quietSysmon, the
-// GODEBUG it had before (empty: none).
-const envGodebugBefore = "OPENSTARRY_GODEBUG_BEFORE"
 
 // withQuietSysmon returns godebug (a GODEBUG value) with
 // quietSysmonSetting added, and whether it added it: not when godebug
@@ -88,33 +79,33 @@ func withQuietSysmon(godebug string) (string, bool) {
 }
 
 // quietSysmonErr is why quietSysmon could not run the daemon again, for
-// agentGodebug to log (there is no logger yet when it runs).
+// logQuietSysmon (there is no logger yet when it runs).
 var quietSysmonErr error
 
 // quietSysmon runs `openstarry start` (not --check, not --help) again with
 // quietSysmonSetting in GODEBUG (the runtime reads schedtrace only when a
 // process starts), by exec on Unix: the same process id, arguments and
-// open files, before anything else has run. It does nothing when GODEBUG
-// names schedtrace (the operator's word, which every process then
-// inherits), on Windows (no exec: the daemon and its agents keep the
-// runtime's default), or in the daemon it ran again. main calls it on the
-// process's first thread (see init).
+// open files, before anything else has run; the agents inherit the
+// setting. It does nothing when GODEBUG names schedtrace (the operator's
+// word, which every process then inherits; the daemon run again has it) or
+// on Windows (no exec: the daemon and its agents keep the runtime's
+// default). main calls it on the process's first thread (see init).
 func quietSysmon(args []string) {
 	if !canExecSelf || !startsDaemon(args) {
 		return
 	}
-	if _, again := os.LookupEnv(envGodebugBefore); again {
-		return
-	}
-	before := os.Getenv("GODEBUG")
+	before, had := os.LookupEnv("GODEBUG")
 	v, add := withQuietSysmon(before)
 	if !add {
 		return
 	}
-	_ = os.Setenv(envGodebugBefore, before)
 	_ = os.Setenv("GODEBUG", v)
 	quietSysmonErr = execSelf()
-	restoreGodebug(before)
+	if had {
+		_ = os.Setenv("GODEBUG", before)
+	} else {
+		_ = os.Unsetenv("GODEBUG")
+	}
 }
 
 // startsDaemon says whether args run `openstarry start` for good: not
@@ -138,30 +129,10 @@ func startsDaemon(args []string) bool {
 	return true
 }
 
-// agentGodebug is run by the daemon quietSysmon ran again: it gives
-// GODEBUG back its value from before, for whatever the daemon starts, and
-// returns the daemon's own, for the agents that may have it
-// (daemon.Options.PolledSyncGodebug); "" in any other daemon, after
-// logging why quietSysmon could not run it again, if it could not.
-func agentGodebug(log zerolog.Logger) string {
-	if before, again := os.LookupEnv(envGodebugBefore); again {
-		own := os.Getenv("GODEBUG")
-		restoreGodebug(before)
-		return own
-	}
+// logQuietSysmon logs why quietSysmon could not run the daemon again, if
+// it could not.
+func logQuietSysmon(log zerolog.Logger) {
 	if quietSysmonErr != nil {
-		log.Warn().Err(quietSysmonErr).Msg("runtime: cannot run the daemon again with GODEBUG=" + quietSysmonSetting + "; it runs with the runtime's default")
-	}
-	return ""
-}
-
-// restoreGodebug gives GODEBUG its value from before quietSysmon (empty:
-// none) and drops envGodebugBefore.
-func restoreGodebug(before string) {
-	_ = os.Unsetenv(envGodebugBefore)
-	if before == "" {
-		_ = os.Unsetenv("GODEBUG")
-	} else {
-		_ = os.Setenv("GODEBUG", before)
+		log.Warn().Err(quietSysmonErr).Msg("runtime: cannot run the daemon again with GODEBUG=" + quietSysmonSetting + "; it and its agents run with the runtime's default")
 	}
 }

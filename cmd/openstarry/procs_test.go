@@ -76,9 +76,9 @@ func TestWithQuietSysmon(t *testing.T) {
 
 // The daemon runs itself again with GODEBUG's schedtrace set (the
 // environment a process was exec'd with is in /proc/PID/environ: the test
-// does not set it, so it is there only after the daemon's own exec); its
-// master, on the default bbolt store, has it too, an agent on SQLite has
-// the GODEBUG from before; an operator's schedtrace wins everywhere.
+// does not set it, so it is there only after the daemon's own exec), and
+// its agents, on bbolt or SQLite, inherit it; an operator's schedtrace
+// wins.
 func TestDaemonQuietSysmon(t *testing.T) {
 	godebug := func(pid int) string {
 		t.Helper()
@@ -93,12 +93,11 @@ func TestDaemonQuietSysmon(t *testing.T) {
 		}
 		return ""
 	}
-	for _, tc := range []struct{ env, store, daemon, agent string }{
-		{"", "", "schedtrace=2147483647", "schedtrace=2147483647"},
-		{"gctrace=0", "", "gctrace=0,schedtrace=2147483647", "gctrace=0,schedtrace=2147483647"},
-		{"gctrace=0", "sqlite://", "gctrace=0,schedtrace=2147483647", "gctrace=0"},
-		{"", "sqlite://", "schedtrace=2147483647", ""},
-		{"schedtrace=0", "", "schedtrace=0", "schedtrace=0"},
+	for _, tc := range []struct{ env, store, want string }{
+		{"", "", "schedtrace=2147483647"},
+		{"gctrace=0", "", "gctrace=0,schedtrace=2147483647"},
+		{"", "sqlite://", "schedtrace=2147483647"},
+		{"schedtrace=0", "", "schedtrace=0"},
 	} {
 		t.Setenv("GODEBUG", tc.env)
 		extra := ""
@@ -111,11 +110,11 @@ func TestDaemonQuietSysmon(t *testing.T) {
 			t.Fatalf("no master pid in the daemon's log:\n%s", c.logs())
 		}
 		master, _ := strconv.Atoi(m[1])
-		if got := godebug(c.cmd.Process.Pid); got != tc.daemon {
-			t.Errorf("GODEBUG=%q store %q: the daemon's GODEBUG %q, want %q", tc.env, tc.store, got, tc.daemon)
+		if got := godebug(c.cmd.Process.Pid); got != tc.want {
+			t.Errorf("GODEBUG=%q store %q: the daemon's GODEBUG %q, want %q", tc.env, tc.store, got, tc.want)
 		}
-		if got := godebug(master); got != tc.agent {
-			t.Errorf("GODEBUG=%q store %q: the master's GODEBUG %q, want %q", tc.env, tc.store, got, tc.agent)
+		if got := godebug(master); got != tc.want {
+			t.Errorf("GODEBUG=%q store %q: the master's GODEBUG %q, want %q", tc.env, tc.store, got, tc.want)
 		}
 	}
 }

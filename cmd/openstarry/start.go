@@ -104,14 +104,14 @@ directory, 1 on any other error.`,
 				fmt.Fprintf(cmd.OutOrStdout(), "configuration %s is valid\n", name)
 				return nil
 			}
-			polled := agentGodebug(g.logger())
+			logQuietSysmon(g.logger())
 			self := selfInfo()
 			handled, trial, err := updater.Boot(cfg, self, g.logger())
 			if handled {
 				return err
 			}
 			bootFault()
-			d := wiring.Options{Config: cfg, Self: self, Trial: trial, AgentGodebug: polled}
+			d := wiring.Options{Config: cfg, Self: self, Trial: trial}
 			if !interactive() {
 				return runService(d)
 			}

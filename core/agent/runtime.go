@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,6 +252,9 @@ type Runtime struct {
 	// acknowledged any acknowledged: the clients they answered are likely
 	// to send their next event soon.
 	batches [2]int
+	// loneSaves counts the saves in a row that made at most one event
+	// durable, up to busyWindow (BusySave).
+	loneSaves int
 
 	cur current // the task in hand (Current)
 
@@ -342,11 +346,12 @@ func Start(ctx context.Context, cfg Config) (*Runtime, error) {
 		tools[t.Name] = t
 	}
 	r := &Runtime{
-		cfg:      cfg,
-		tools:    tools,
-		lim:      cfg.limits(),
-		log:      cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
-		submitCh: make(chan *submission, 1024),
+		loneSaves: busyWindow,
+		cfg:       cfg,
+		tools:     tools,
+		lim:       cfg.limits(),
+		log:       cfg.Log.With().Str("agent", cfg.AgentID).Logger(),
+		submitCh:  make(chan *submission, 1024),
 		// Buffered, every one, so that pending sees what was sent; one
 		// tick runs at a time, with at most one intent or outcome.
 		intentCh: make(chan *intent, 1),
@@ -668,6 +673,22 @@ func (r *Runtime) loop() {
 			}
 		}
 		if r.dirty && !r.held() {
+			// Group commit with one processor: a goroutine that sends to
+			// the runtime wakes this one first (the scheduler runs the
+			// woken goroutine next), so the other senders already made
+			// runnable (HTTP handlers whose requests came in together)
+			// had not sent yet when pending() looked, and each save took
+			// one task while the others waited for it: HTTP at 8 clients
+			// fell to half its rate when the save's fsync held the
+			// processor throughout (docs/figures.md, "the runtime's
+			// monitor thread"). Yield once, take what they send, then save.
+			runtime.Gosched()
+			if r.pending() {
+				for r.pending() {
+					r.receive()
+				}
+				continue
+			}
 			if r.commit(context.Background()) != nil {
 				return
 			}
@@ -737,6 +758,14 @@ func (r *Runtime) commit(ctx context.Context) error {
 	}
 	if n := len(r.acks); n > 0 {
 		r.batches = [2]int{r.batches[1], n}
+		if n > 1 {
+			r.loneSaves = 0
+		} else if r.loneSaves < busyWindow {
+			r.loneSaves++
+		}
+	}
+	if r.loneSaves < busyWindow {
+		ctx = WithBusySave(ctx)
 	}
 	if err := r.save(ctx); err != nil {
 		r.fail(err)
@@ -1051,3 +1080,30 @@ func (r *Runtime) unacked(id string) bool {
 
 // ID returns the agent id.
 func (r *Runtime) ID() string { return r.cfg.AgentID }
+
+// busyWindow is how many saves in a row, each making at most one event
+// durable, end a busy spell (BusySave).
+const busyWindow = 8
+
+type busySaveKey struct{}
+
+// BusySave reports whether the save of ctx (Storage.Save's) comes in a busy
+// spell: one of the last busyWindow saves that made events durable made
+// several at once, so events come in while a save waits for the disk, and
+// would join the next save if the agent could read them meanwhile. An agent
+// runs on one processor (cmd/openstarry), which a plain fsync holds; a
+// store that can wait for its sync without holding it (storage/bbolt on
+// Linux: its journal's sync through AIO, waited for in the poller) does so
+// then. Out of a busy spell (one client, one task at a time) nothing comes
+// in during the sync, and the plain call, one context switch and no kernel
+// worker, answers sooner.
+func BusySave(ctx context.Context) bool {
+	busy, _ := ctx.Value(busySaveKey{}).(bool)
+	return busy
+}
+
+// WithBusySave returns ctx for a save in a busy spell (BusySave): the
+// runtime's, and a store's tests'.
+func WithBusySave(ctx context.Context) context.Context {
+	return context.WithValue(ctx, busySaveKey{}, true)
+}

@@ -30,6 +30,7 @@ type jsonStore struct {
 	saves int
 	delay time.Duration
 	fail  error
+	busy  []bool // agent.BusySave of each Save
 }
 
 func newJSONStore() *jsonStore { return &jsonStore{data: map[string][]byte{}} }
@@ -43,6 +44,7 @@ func (m *jsonStore) Save(ctx context.Context, s *agent.Snapshot) error {
 	if m.fail != nil {
 		return m.fail
 	}
+	m.busy = append(m.busy, agent.BusySave(ctx))
 	b, err := agent.Encode(s)
 	if err != nil {
 		return err

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/wait"
 )
 
 // TestSubmitAsync: every task submitted without waiting is answered once,
@@ -166,4 +168,104 @@ func (o *recordingOutbox) get() []agent.Result {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return slices.Clone(o.results)
+}
+
+// BusySave: saves of tasks that come one at a time are not busy; once a
+// save made several durable at once, the saves are busy until eight in a
+// row made at most one durable.
+func TestBusySave(t *testing.T) {
+	e := newEnv(t)
+	rt := e.start()
+	submit := func(prefix string, n int, together bool) {
+		t.Helper()
+		answered := make(chan agent.SubmitResult, n)
+		for i := range n {
+			ev, err := agent.TaskEvent(&agent.Task{TaskID: fmt.Sprintf("%s%03d", prefix, i), Input: []byte(`"x"`)}, "test", time.Now().UnixMilli())
+			if err != nil {
+				t.Fatal(err)
+			}
+			rt.SubmitAsync(context.Background(), ev, func(res agent.SubmitResult) { answered <- res })
+			if !together {
+				if res := <-answered; res.Err != nil {
+					t.Fatal(res.Err)
+				}
+			}
+		}
+		if together {
+			for range n {
+				if res := <-answered; res.Err != nil {
+					t.Fatal(res.Err)
+				}
+			}
+		}
+		// The task's own tick and its save: wait until it is done.
+		wait.For(t, 10*time.Second, "the tasks to finish", func() bool {
+			st, ok, err := rt.TaskState(context.Background(), fmt.Sprintf("%s%03d", prefix, n-1))
+			return err == nil && ok && st.Status == agent.ResultDone
+		})
+	}
+	busy := func() []bool {
+		e.store.mu.Lock()
+		defer e.store.mu.Unlock()
+		return append([]bool(nil), e.store.busy...)
+	}
+	submit("one", 3, false)
+	if b := busy(); slices.Contains(b, true) {
+		t.Fatalf("tasks one at a time: saves busy %v", b)
+	}
+	e.store.mu.Lock()
+	e.store.delay = 5 * time.Millisecond // the burst gathers behind a save
+	e.store.mu.Unlock()
+	n := len(busy())
+	submit("burst", 40, true)
+	if b := busy()[n:]; !slices.Contains(b, true) {
+		t.Fatalf("a burst of 40: no busy save in %v", b)
+	}
+	e.store.mu.Lock()
+	e.store.delay = 0
+	e.store.mu.Unlock()
+	submit("after", 12, false)
+	if b := busy(); b[len(b)-1] {
+		t.Fatalf("twelve tasks one at a time after the burst: the last save is still busy (%v)", b)
+	}
+}
+
+// With one processor (as the daemon runs agents) and eight clients that
+// each send their next task once the last is durable, one save makes the
+// tasks of several clients durable: the runtime's goroutine, woken by the
+// first sender, lets the others send before it saves. Before it did, each
+// save took one task (the woken goroutine runs before the other runnable
+// ones), 800 saves for 800 tasks.
+func TestGroupCommitOneProcessor(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	e := newEnv(t)
+	rt := e.start()
+	const clients, each = 8, 100
+	before := func() int { e.store.mu.Lock(); defer e.store.mu.Unlock(); return e.store.saves }()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				ev, err := agent.TaskEvent(&agent.Task{TaskID: fmt.Sprintf("c%d-%03d", c, i), Input: []byte(`"x"`)}, "test", time.Now().UnixMilli())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if res := rt.Submit(context.Background(), ev); res.Err != nil {
+					t.Error(res.Err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	e.store.mu.Lock()
+	saves := e.store.saves - before
+	e.store.mu.Unlock()
+	t.Logf("%d tasks of %d clients made durable by %d saves", clients*each, clients, saves)
+	if saves > clients*each/2 {
+		t.Fatalf("%d saves for %d tasks of %d clients: the saves do not gather the clients' tasks", saves, clients*each, clients)
+	}
 }

@@ -102,13 +102,6 @@ type Options struct {
 	// UI and may let a browser session stand for http.token
 	// (transport/webui). The daemon's own routes are the handler it gets.
 	Web func(api http.Handler) http.Handler
-	// PolledSyncGodebug, when set, is the GODEBUG of the agents whose
-	// store waits for its saves in the runtime's poller (syncsInPoller:
-	// Redis, and the default bbolt store on Linux, storage/bbolt's
-	// aioSyncer); the others keep the daemon's environment's. cmd/openstarry sets it to the daemon's own
-	// when the daemon runs with the runtime's monitor quieted
-	// (cmd/openstarry/procs.go says why only those agents may).
-	PolledSyncGodebug string
 }
 
 // Daemon is the Orchestrator: a composition of parts, each of which owns
@@ -242,8 +235,7 @@ func newDaemon(o Options) (*Daemon, error) {
 	*d.infra = infraSet{list: o.Infra, log: d.log, now: now}
 	*d.super = supervisor{cfg: &cfg, log: d.log, now: now, rand: rnd, launcher: launcher, launchSpec: d.specs.launchSpec,
 		onState: o.OnAgentState, events: make(chan control.AgentInfo, 256), members: map[string]*member{}, recover: map[string]bool{}, pass: pass}
-	*d.specs = specs{cfg: &cfg, data: data, runDir: d.runDir, res: o.Resolver, infra: d.infra, ctl: d.ctl, apiToken: apiToken,
-		polledGodebug: o.PolledSyncGodebug}
+	*d.specs = specs{cfg: &cfg, data: data, runDir: d.runDir, res: o.Resolver, infra: d.infra, ctl: d.ctl, apiToken: apiToken}
 	*d.workers = workers{cfg: &cfg, log: d.log, now: now, data: data, boot: d.boot, super: d.super, specs: d.specs, handoffs: d.handoffs}
 	*d.handoffs = handoffs{log: d.log, life: d.life, httpc: d.httpc, super: d.super, workers: d.workers}
 	*d.ctl = controlAPI{cfg: &cfg, log: d.log, runDir: d.runDir, limits: o.HTTPLimits, super: d.super, specs: d.specs,

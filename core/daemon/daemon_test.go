@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -86,50 +85,6 @@ func TestEnvScrubbed(t *testing.T) {
 	ls = d.specs.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", Storage: "bbolt:///x"})
 	if j := strings.Join(ls.Args, " "); !strings.Contains(j, "--log-level info") || strings.Contains(j, "--store") {
 		t.Fatalf("args %s", j)
-	}
-}
-
-// TestPolledSyncGodebug: with PolledSyncGodebug set, an agent whose store
-// waits for its saves in the poller (Redis; bbolt on Linux, the default
-// store included) runs with that GODEBUG instead of the daemon's; any
-// other agent keeps the daemon's.
-func TestPolledSyncGodebug(t *testing.T) {
-	t.Setenv("GODEBUG", "gctrace=0")
-	godebug := func(env []string) []string {
-		var out []string
-		for _, kv := range env {
-			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
-				out = append(out, v)
-			}
-		}
-		return out
-	}
-	polled := "gctrace=0,schedtrace=2147483647"
-	for _, tc := range []struct {
-		polled, daemonStore, storage string
-		linux, other                 string
-	}{
-		{polled, "", "", polled, "gctrace=0"},
-		{polled, "bbolt://", "", polled, "gctrace=0"},
-		{polled, "", "bbolt:///x", polled, "gctrace=0"},
-		{polled, "sqlite:///d/s.db", "", "gctrace=0", "gctrace=0"},
-		{polled, "", "file:///d/f", "gctrace=0", "gctrace=0"},
-		{polled, "bbolt://", "sqlite:///d/s.db", "gctrace=0", "gctrace=0"},
-		{polled, "", "redis://127.0.0.1:6380", polled, polled},
-		{polled, "rediss://10.0.0.5", "", polled, polled},
-		{"", "", "", "gctrace=0", "gctrace=0"},
-	} {
-		cfg := config.Default()
-		cfg.Store = tc.daemonStore
-		s := &specs{cfg: cfg, data: "/d", infra: &infraSet{}, ctl: &controlAPI{addr: "unix:///x", token: "tok"}, polledGodebug: tc.polled}
-		want := tc.other
-		if runtime.GOOS == "linux" {
-			want = tc.linux
-		}
-		got := godebug(s.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json", Storage: tc.storage}).Env)
-		if len(got) != 1 || got[0] != want {
-			t.Errorf("polled %q, daemon store %q, template storage %q: GODEBUG %q, want [%q]", tc.polled, tc.daemonStore, tc.storage, got, want)
-		}
 	}
 }
 

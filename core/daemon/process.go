@@ -210,9 +210,9 @@ func (p *execProcess) handle(line []byte) {
 	}
 	if bytes.HasPrefix(line, schedPrefix) {
 		// The Go runtime's scheduler summary, which GODEBUG's schedtrace
-		// (Options.PolledSyncGodebug, or the operator's) prints: with the
-		// daemon's setting only on a machine up for more than 24.8 days.
-		// Not the agent's last words.
+		// prints: with the daemon's setting (cmd/openstarry/procs.go) only
+		// on a machine up for more than 24.8 days. Not the agent's last
+		// words.
 		if zerolog.DebugLevel >= p.l.MinLevel {
 			p.forward(runtimeLine(p.id, string(line)))
 		}

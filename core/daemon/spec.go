@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 
@@ -35,8 +34,6 @@ type specs struct {
 	infra    *infraSet   // each plugin's AgentArgs
 	ctl      *controlAPI // its address and the agent's own token
 	apiToken string      // the agents' ports require it (control.EnvAPIToken)
-	// polledGodebug is Options.PolledSyncGodebug.
-	polledGodebug string
 }
 
 // resolveSpec resolves a template and freezes it for agent id (see
@@ -134,31 +131,10 @@ func (s *specs) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 	}
 	env = append(env, control.EnvAddr+"="+s.ctl.addr, control.EnvToken+"="+s.ctl.agentToken(id), control.EnvAPIToken+"="+s.apiToken,
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
-	store := spec.Storage
-	if store == "" {
-		store = s.cfg.Store
-	}
-	if s.polledGodebug != "" && syncsInPoller(store) {
-		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GODEBUG=") })
-		env = append(env, "GODEBUG="+s.polledGodebug)
-	}
 	for _, inf := range s.infra.list {
 		a, e := inf.AgentArgs(id, role)
 		args = append(args, a...)
 		env = append(env, e...)
 	}
 	return LaunchSpec{AgentID: id, Args: args, Env: env}
-}
-
-// syncsInPoller says whether an agent's store (its URL; empty: the
-// default, bbolt) waits for its saves in the runtime's poller rather than
-// on a thread that holds the agent's processor: Redis does (a save is a
-// round trip on a socket), bbolt does on Linux
-// (storage/bbolt/aiosync_linux.go); SQLite, the file store and bbolt
-// elsewhere call fsync.
-func syncsInPoller(store string) bool {
-	if strings.HasPrefix(store, "redis:") || strings.HasPrefix(store, "rediss:") {
-		return true
-	}
-	return runtime.GOOS == "linux" && (store == "" || strings.HasPrefix(store, "bbolt:"))
 }

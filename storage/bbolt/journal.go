@@ -511,8 +511,9 @@ func isZero(b []byte) bool {
 }
 
 // append writes the record of ops under the next number and makes it
-// durable. It does not check that the record fits.
-func (j *journal) append(ops []byte) error {
+// durable, waiting for the sync in the poller when polled
+// (datasyncPolled). It does not check that the record fits.
+func (j *journal) append(ops []byte, polled bool) error {
 	if j.f == nil {
 		if err := j.create(); err != nil {
 			return err
@@ -522,7 +523,11 @@ func (j *journal) append(ops []byte) error {
 	if _, err := j.f.WriteAt(j.buf, j.off); err != nil {
 		return err
 	}
-	if err := datasync(j.f); err != nil {
+	sync := datasync
+	if polled {
+		sync = datasyncPolled
+	}
+	if err := sync(j.f); err != nil {
 		return err
 	}
 	j.pages += (j.off+int64(len(j.buf))-1)/4096 - j.off/4096 + 1

@@ -12,5 +12,8 @@ func openFile(name string, flag int, perm os.FileMode) (*os.File, error) {
 // datasync makes what was written to f durable.
 func datasync(f *os.File) error { return f.Sync() }
 
+// datasyncPolled is datasync (aiosync_linux.go waits in the poller).
+func datasyncPolled(f *os.File) error { return f.Sync() }
+
 // dropCache does nothing here (see pagecache_linux.go).
 func dropCache(*os.File) {}

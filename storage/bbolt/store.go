@@ -654,7 +654,7 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 	if _, err := s.open(a, true); err != nil {
 		return fmt.Errorf("bbolt: save %s: %w", id, err)
 	}
-	st, err := s.save(a, snap, body)
+	st, err := s.save(a, snap, body, agent.BusySave(ctx))
 	if err != nil {
 		s.rewind(a) // what the files hold is the truth, and the next Save rewrites the lists in full
 		return fmt.Errorf("bbolt: save %s: %w", id, err)
@@ -667,7 +667,7 @@ func (s *Store) Save(ctx context.Context, snap *agent.Snapshot) error {
 // it durable: in the journal when it continues a generation the store knows
 // and fits, otherwise by committing to bbolt (a fold). On error the caller
 // rewinds.
-func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *state, err error) {
+func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte, polled bool) (st *state, err error) {
 	defer catchDamage(a.path, &err)()
 	tx := a.tx
 	if tx == nil {
@@ -692,7 +692,7 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte) (st *stat
 		return nil, err
 	}
 	if !log.over && a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
-		return st, a.jr.append(log.b) // append copies the operations
+		return st, a.jr.append(log.b, polled) // append copies the operations
 	}
 	return st, s.fold(a, tx)
 }

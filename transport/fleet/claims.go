@@ -709,7 +709,7 @@ func (c *Claims) Claim(ctx context.Context, taskID string) (ownerDevice string, 
 		c.mu.Unlock()
 	}()
 	b, _ := json.Marshal(cl)
-	if err := c.client.Publish(topic, true, false, b).wait(ctx, ClaimTimeout); err != nil {
+	if err := c.client.Publish(topic, true, false, b).Wait(ctx, ClaimTimeout); err != nil {
 		return "", false, fmt.Errorf("%w: %v", ErrNoClaim, err)
 	}
 	select {
@@ -927,7 +927,7 @@ func (c *Claims) finishDue(all bool) {
 		// Acknowledged before the DISCONNECT (Close), within 2 s.
 		deadline := time.Now().Add(2 * time.Second)
 		for _, tok := range toks {
-			if tok.wait(context.Background(), time.Until(deadline)) != nil {
+			if tok.Wait(context.Background(), time.Until(deadline)) != nil {
 				break
 			}
 		}
@@ -1100,7 +1100,7 @@ func (c *Claims) subscriptions(ctx context.Context) {
 			return
 		case <-c.wake:
 		case <-subDone:
-			if err := subTok.Error(); err != nil {
+			if err := subTok.Err(); err != nil {
 				answer(err)
 			} else {
 				barrier()

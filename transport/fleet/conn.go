@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -81,46 +80,9 @@ type hubConfig struct {
 	log       zerolog.Logger
 }
 
-// hubOp is one publication, subscription or unsubscription on its way: done
-// is closed when the hub acknowledged it, or when it failed (err).
-type hubOp struct {
-	done    chan struct{}
-	err     error
-	filters []string // a subscription's topic filters, in the packet's order
-	codes   []byte   // its SUBACK's return codes
-}
-
-// Done is closed when the operation ended.
-func (o *hubOp) Done() <-chan struct{} { return o.done }
-
-// Error is why the operation failed, after Done; nil when acknowledged.
-func (o *hubOp) Error() error { return o.err }
-
-// Result is a subscription's return code for each of its filters, after
-// Done.
-func (o *hubOp) Result() map[string]byte {
-	out := make(map[string]byte, len(o.filters))
-	for i, f := range o.filters {
-		if i < len(o.codes) {
-			out[f] = o.codes[i]
-		}
-	}
-	return out
-}
-
-// wait waits for the operation, at most limit, or until ctx ends.
-func (o *hubOp) wait(ctx context.Context, limit time.Duration) error {
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case <-o.done:
-		return o.err
-	case <-t.C:
-		return fmt.Errorf("no answer from the broker within %s", limit)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// hubOp is one publication, subscription or unsubscription on its way
+// (wire.Op).
+type hubOp = wire.Op
 
 // heldPub is a publication kept for the next connection.
 type heldPub struct {
@@ -218,8 +180,7 @@ func (h *hubConn) run() {
 		h.mu.Unlock()
 		conn.Close()
 		for _, o := range ops {
-			o.err = errNotConnected
-			close(o.done)
+			o.Finish(errNotConnected)
 		}
 		if closing {
 			return
@@ -257,23 +218,9 @@ func (h *hubConn) connect() (net.Conn, io.Reader, error) {
 // echoes come in a few reads.
 const readBuffer = 16 << 10
 
-// writeTimeout bounds one packet's write: a hub that does not read for
-// that long is taken for gone (the connection is closed and made again).
-const writeTimeout = 10 * time.Second
-
 // writeTo writes one packet on conn, whole; on failure it closes conn (its
 // reader then fails, and the connection is made again).
-func (h *hubConn) writeTo(conn net.Conn, pk []byte) bool {
-	h.wmu.Lock()
-	_ = conn.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := conn.Write(pk)
-	h.wmu.Unlock()
-	if err != nil {
-		conn.Close()
-		return false
-	}
-	return true
-}
+func (h *hubConn) writeTo(conn net.Conn, pk []byte) bool { return wire.Write(&h.wmu, conn, pk) }
 
 // ping sends PINGREQ every keep-alive interval until done, and closes the
 // connection when nothing came from the hub for one and a half intervals
@@ -335,9 +282,9 @@ func (h *hubConn) read(r io.Reader) error {
 			h.mu.Unlock()
 			if o != nil {
 				if typ == wire.Suback {
-					o.codes = append([]byte(nil), body[2:]...)
+					o.Codes = append([]byte(nil), body[2:]...)
 				}
-				close(o.done)
+				o.Finish(nil)
 			}
 		case wire.Pingresp:
 		default:
@@ -375,9 +322,7 @@ func (h *hubConn) send(o *hubOp, hold *heldPub, enc func(id uint16) []byte) *hub
 	}
 	if h.conn != nil && len(h.ops) >= maxInFlight {
 		h.mu.Unlock()
-		o.err = errors.New("too many publications waiting for the broker's acknowledgement")
-		close(o.done)
-		return o
+		return o.Finish(errors.New("too many publications waiting for the broker's acknowledgement"))
 	}
 	if h.conn == nil || h.closing {
 		if hold != nil && !h.closing {
@@ -387,9 +332,7 @@ func (h *hubConn) send(o *hubOp, hold *heldPub, enc func(id uint16) []byte) *hub
 			h.held = append(h.held, *hold)
 		}
 		h.mu.Unlock()
-		o.err = errNotConnected
-		close(o.done)
-		return o
+		return o.Finish(errNotConnected)
 	}
 	for {
 		h.nextID++
@@ -413,25 +356,25 @@ func (h *hubConn) Publish(topic string, retain, hold bool, payload []byte) *hubO
 	if hold {
 		held = &heldPub{topic: topic, payload: payload, retain: retain}
 	}
-	return h.send(&hubOp{done: make(chan struct{})}, held, func(id uint16) []byte {
+	return h.send(wire.NewOp(), held, func(id uint16) []byte {
 		return wire.EncodePublish(topic, payload, id, retain)
 	})
 }
 
 // Subscribe subscribes to filters (topic → QoS) in one SUBSCRIBE.
 func (h *hubConn) Subscribe(filters map[string]byte) *hubOp {
-	o := &hubOp{done: make(chan struct{}), filters: make([]string, 0, len(filters))}
+	o := wire.NewOp()
 	qos := make([]byte, 0, len(filters))
 	for f, q := range filters {
-		o.filters = append(o.filters, f)
+		o.Filters = append(o.Filters, f)
 		qos = append(qos, q)
 	}
-	return h.send(o, nil, func(id uint16) []byte { return wire.EncodeSubscribe(id, o.filters, qos) })
+	return h.send(o, nil, func(id uint16) []byte { return wire.EncodeSubscribe(id, o.Filters, qos) })
 }
 
 // Unsubscribe ends the subscriptions to topics in one UNSUBSCRIBE.
 func (h *hubConn) Unsubscribe(topics ...string) *hubOp {
-	return h.send(&hubOp{done: make(chan struct{})}, nil, func(id uint16) []byte { return wire.EncodeUnsubscribe(id, topics) })
+	return h.send(wire.NewOp(), nil, func(id uint16) []byte { return wire.EncodeUnsubscribe(id, topics) })
 }
 
 // Close sends DISCONNECT after what was written before it, and stops.

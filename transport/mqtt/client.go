@@ -365,14 +365,14 @@ func (c *Client) Close(ctx context.Context) error {
 		// Leave the fleet group: the persistent session would stay in it
 		// and the hub would go on queueing fleet tasks for an agent that
 		// is not there. What is in flight stays in the session.
-		if err := c.unsubscribe(c.topics.FleetShared).wait(ctx, 2*time.Second); err != nil {
+		if err := c.unsubscribe(c.topics.FleetShared).Wait(ctx, 2*time.Second); err != nil {
 			c.log.Warn().Err(err).Msg("mqtt: leaving the fleet group failed; the hub may queue fleet tasks for this agent until it returns")
 		} else {
 			c.log.Info().Str("topic", c.topics.FleetShared).Msgf("mqtt: left the fleet group (unsubscribed from %s)", c.topics.FleetShared)
 		}
 	}
 	if up, _ := c.connected(); up && !c.cfg.NoDeviceStatus {
-		_ = c.publish(c.topics.Status, true, c.status("offline", "stopped")).wait(ctx, 2*time.Second)
+		_ = c.publish(c.topics.Status, true, c.status("offline", "stopped")).Wait(ctx, 2*time.Second)
 	}
 	c.stop()
 	return nil

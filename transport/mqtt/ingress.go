@@ -264,7 +264,7 @@ func (c *Client) reject(m *inMsg, err error) {
 	c.log.Warn().Str("code", code).Str("topic", m.Topic()).Int("bytes", len(m.Payload())).Str("reason", dl.Reason).
 		Msgf("mqtt: message rejected to %s", c.topics.DeadLetter)
 	body, _ := json.Marshal(dl)
-	if err := c.publish(c.topics.DeadLetter, false, body).wait(c.ctx, c.cfg.PublishTimeout); err != nil {
+	if err := c.publish(c.topics.DeadLetter, false, body).Wait(c.ctx, c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Msg("mqtt: publishing a dead letter failed; the message is acknowledged anyway")
 	}
 	if digest != "" {
@@ -283,7 +283,7 @@ func (c *Client) reject(m *inMsg, err error) {
 // the copy; the digest remembered in StateDir still keeps it from being
 // dead-lettered twice.
 func (c *Client) clearRetained(topic string) {
-	if err := c.publish(topic, true, []byte{}).wait(c.ctx, c.cfg.PublishTimeout); err != nil {
+	if err := c.publish(topic, true, []byte{}).Wait(c.ctx, c.cfg.PublishTimeout); err != nil {
 		c.log.Warn().Err(err).Str("topic", topic).Msg("mqtt: clearing a retained bad message failed")
 		return
 	}

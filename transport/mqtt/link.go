@@ -44,7 +44,7 @@ import (
 //     through the coalescing flusher;
 //   - anything else (the status, a dead letter, SUBSCRIBE, PINGREQ) is
 //     written by the goroutine that makes it; every write is whole, under
-//     one mutex, within writeTimeout.
+//     one mutex, within wire.WriteTimeout.
 //
 // Results and their PUBACKs: a result gets a packet id when first
 // published and keeps it until its PUBACK, across connections; after a
@@ -56,11 +56,6 @@ import (
 // it resent after a reconnection without any PUBACK; the client had to
 // recognise that).
 
-// writeTimeout bounds one write on the connection: a broker that does not
-// read for that long is taken for gone (the connection is closed and made
-// again).
-const writeTimeout = 10 * time.Second
-
 // pingTimeout is how long after a keep-alive interval the broker may stay
 // silent (no PINGRESP, nothing else) before the connection is taken for
 // dead.
@@ -70,37 +65,8 @@ const pingTimeout = 10 * time.Second
 const maxOps = 60_000
 
 // op is a publication (not a result's), subscription or unsubscription
-// waiting for the broker's acknowledgement: done is closed when it came, or
-// when the connection was lost first (err).
-type op struct {
-	done    chan struct{}
-	err     error
-	filters []string // a subscription's topic filters, in the packet's order
-	codes   []byte   // its SUBACK's return codes
-}
-
-func newOp() *op { return &op{done: make(chan struct{})} }
-
-// fail ends o with err.
-func (o *op) fail(err error) *op {
-	o.err = err
-	close(o.done)
-	return o
-}
-
-// wait waits for the operation, at most limit, or until ctx ends.
-func (o *op) wait(ctx context.Context, limit time.Duration) error {
-	t := time.NewTimer(limit)
-	defer t.Stop()
-	select {
-	case <-o.done:
-		return o.err
-	case <-t.C:
-		return fmt.Errorf("no answer from the broker within %s", limit)
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// waiting for the broker's acknowledgement (wire.Op).
+type op = wire.Op
 
 // opRef is what a packet id waits for: an op, or a result.
 type opRef struct {
@@ -249,7 +215,7 @@ func (c *Client) serve(conn net.Conn, r *bufio.Reader) {
 	}
 	c.mu.Unlock()
 	for _, o := range failed {
-		o.fail(errNotConnected)
+		o.Finish(errNotConnected)
 	}
 	if c.ctx.Err() == nil {
 		c.log.Warn().Err(err).Str("broker", c.url.Redacted()).
@@ -339,9 +305,9 @@ func (c *Client) acked(typ byte, id uint16, rest []byte) {
 	}
 	c.mu.Unlock()
 	if typ == wire.Suback {
-		ref.o.codes = append([]byte(nil), rest...)
+		ref.o.Codes = append([]byte(nil), rest...)
 	}
-	close(ref.o.done)
+	ref.o.Finish(nil)
 }
 
 // newID returns a packet id no operation waits on; c.mu is held.
@@ -361,11 +327,11 @@ func (c *Client) send(o *op, enc func(id uint16) []byte) *op {
 	nc := c.nc
 	if nc == nil {
 		c.mu.Unlock()
-		return o.fail(errNotConnected)
+		return o.Finish(errNotConnected)
 	}
 	if len(c.ops) >= maxOps {
 		c.mu.Unlock()
-		return o.fail(errors.New("too many packets waiting for the broker's acknowledgement"))
+		return o.Finish(errors.New("too many packets waiting for the broker's acknowledgement"))
 	}
 	id := c.newID()
 	c.ops[id] = opRef{o: o}
@@ -376,38 +342,28 @@ func (c *Client) send(o *op, enc func(id uint16) []byte) *op {
 
 // publish publishes payload on topic at QoS 1.
 func (c *Client) publish(topic string, retain bool, payload []byte) *op {
-	return c.send(newOp(), func(id uint16) []byte { return wire.EncodePublish(topic, payload, id, retain) })
+	return c.send(wire.NewOp(), func(id uint16) []byte { return wire.EncodePublish(topic, payload, id, retain) })
 }
 
 // subscribeTo subscribes to filters (topic → QoS) in one SUBSCRIBE.
 func (c *Client) subscribeTo(filters map[string]byte) *op {
-	o := newOp()
+	o := wire.NewOp()
 	qos := make([]byte, 0, len(filters))
 	for f, q := range filters {
-		o.filters = append(o.filters, f)
+		o.Filters = append(o.Filters, f)
 		qos = append(qos, q)
 	}
-	return c.send(o, func(id uint16) []byte { return wire.EncodeSubscribe(id, o.filters, qos) })
+	return c.send(o, func(id uint16) []byte { return wire.EncodeSubscribe(id, o.Filters, qos) })
 }
 
 // unsubscribe ends the subscription to topic.
 func (c *Client) unsubscribe(topic string) *op {
-	return c.send(newOp(), func(id uint16) []byte { return wire.EncodeUnsubscribe(id, []string{topic}) })
+	return c.send(wire.NewOp(), func(id uint16) []byte { return wire.EncodeUnsubscribe(id, []string{topic}) })
 }
 
-// writeOn writes b on nc, whole, within writeTimeout; on failure it closes
+// writeOn writes b on nc, whole, within wire.WriteTimeout; on failure it closes
 // nc (its reader then fails, and the connection is made again).
-func (c *Client) writeOn(nc net.Conn, b []byte) bool {
-	c.wmu.Lock()
-	_ = nc.SetWriteDeadline(time.Now().Add(writeTimeout))
-	_, err := nc.Write(b)
-	c.wmu.Unlock()
-	if err != nil {
-		nc.Close()
-		return false
-	}
-	return true
-}
+func (c *Client) writeOn(nc net.Conn, b []byte) bool { return wire.Write(&c.wmu, nc, b) }
 
 // ping sends PINGREQ every keep-alive interval until done, and closes the
 // connection when nothing came from the broker for the interval and
@@ -445,7 +401,7 @@ func (c *Client) onConnect(gen uint64) {
 	retry := c.subscribe(subs, 0)
 	c.subOnce.Do(func() { close(c.subscribed) })
 	if !c.cfg.NoDeviceStatus {
-		if err := c.publish(c.topics.Status, true, c.status("online", "")).wait(c.ctx, c.cfg.PublishTimeout); err != nil {
+		if err := c.publish(c.topics.Status, true, c.status("online", "")).Wait(c.ctx, c.cfg.PublishTimeout); err != nil {
 			c.log.Warn().Err(err).Msg("mqtt: publishing the online status failed")
 		}
 	}
@@ -471,15 +427,15 @@ func (c *Client) onConnect(gen uint64) {
 // Retries (retry > 0) log at warn level.
 func (c *Client) subscribe(subs map[string]byte, retry int) map[string]byte {
 	o := c.subscribeTo(subs)
-	if err := o.wait(c.ctx, c.cfg.ConnectTimeout); err != nil {
+	if err := o.Wait(c.ctx, c.cfg.ConnectTimeout); err != nil {
 		if c.ctx.Err() == nil {
 			c.log.Warn().Err(err).Int("retry", retry).Msg("mqtt: subscribing failed; asking again")
 		}
 		return subs
 	}
 	var refused map[string]byte
-	for i, topic := range o.filters {
-		if i < len(o.codes) && o.codes[i] <= 2 {
+	for i, topic := range o.Filters {
+		if i < len(o.Codes) && o.Codes[i] <= 2 {
 			c.log.Info().Str("topic", topic).Msgf("mqtt: subscribed to %s", topic)
 			continue
 		}

@@ -56,8 +56,6 @@ type Options struct {
 	// core`); empty, this process's own (a test that runs the daemon in
 	// its process names a built binary).
 	Executable string
-	// AgentGodebug is daemon.Options.PolledSyncGodebug.
-	AgentGodebug string
 }
 
 // RunDaemon wires the concrete pieces into daemon.Run: the design layer
@@ -108,18 +106,17 @@ func RunDaemon(ctx context.Context, o Options) error {
 	}
 	log.Info().Str("data", cfg.Data).Str("version", version).Msg("openstarry daemon starting")
 	err = daemon.Run(ctx, daemon.Options{
-		Config:            cfg,
-		Resolver:          res,
-		Infra:             []daemon.Infrastructure{daemonInfra{mi}},
-		Sessions:          daemonSessions(),
-		Version:           version,
-		Revision:          commit,
-		Log:               log,
-		ChildLog:          childLog,
-		OnAgentState:      mi.PublishState,
-		Executable:        o.Executable,
-		Web:               func(api http.Handler) http.Handler { return ui.Wrap(fleet.Web(fleetWebOptions(cfg, log), api)) },
-		PolledSyncGodebug: o.AgentGodebug,
+		Config:       cfg,
+		Resolver:     res,
+		Infra:        []daemon.Infrastructure{daemonInfra{mi}},
+		Sessions:     daemonSessions(),
+		Version:      version,
+		Revision:     commit,
+		Log:          log,
+		ChildLog:     childLog,
+		OnAgentState: mi.PublishState,
+		Executable:   o.Executable,
+		Web:          func(api http.Handler) http.Handler { return ui.Wrap(fleet.Web(fleetWebOptions(cfg, log), api)) },
 	})
 	if errors.Is(err, daemon.ErrRunning) {
 		return exitcode.New(exitcode.Locked, err)
