@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -115,6 +116,11 @@ func TestDaemonQuietSysmon(t *testing.T) {
 		}
 		if got := godebug(master); got != tc.want {
 			t.Errorf("GODEBUG=%q store %q: the master's GODEBUG %q, want %q", tc.env, tc.store, got, tc.want)
+		}
+		// The exec kept the process's name (ps, top, pgrep).
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(c.cmd.Process.Pid) + "/comm")
+		if want := filepath.Base(binPath); strings.TrimSpace(string(comm)) != want[:min(len(want), 15)] {
+			t.Errorf("the daemon's name after its exec: %q, want %q", strings.TrimSpace(string(comm)), want)
 		}
 	}
 }

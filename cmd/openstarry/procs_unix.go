@@ -4,7 +4,6 @@ package main
 
 import (
 	"os"
-	"runtime"
 	"syscall"
 )
 
@@ -12,17 +11,14 @@ import (
 const canExecSelf = true
 
 // execSelf replaces this process with the same binary, arguments and
-// environment; it returns only on failure. On Linux it runs
-// /proc/self/exe, the file this process runs even if an update replaced
-// the path since.
+// environment; it returns only on failure. It runs the binary's path
+// (os.Executable), not /proc/self/exe, so that the process keeps its name
+// (ps, top, pgrep openstarry, systemd); the exec comes right after the
+// process started, before an update could replace that path.
 func execSelf() error {
-	path := "/proc/self/exe"
-	if runtime.GOOS != "linux" {
-		p, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		path = p
+	path, err := os.Executable()
+	if err != nil {
+		return err
 	}
 	return syscall.Exec(path, os.Args, os.Environ())
 }
