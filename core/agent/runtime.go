@@ -656,6 +656,7 @@ func (r *Runtime) loop() {
 		r.drainSubmits() // what SubmitAsync queued meanwhile
 	}()
 	defer r.closeArtifacts()
+	yielded := false // the save due has let the others send (below)
 	for {
 		if r.stopping && !r.busy {
 			r.exitErr = r.shutdown()
@@ -681,14 +682,19 @@ func (r *Runtime) loop() {
 			// one task while the others waited for it: HTTP at 8 clients
 			// fell to half its rate when the save's fsync held the
 			// processor throughout (docs/figures.md, "the runtime's
-			// monitor thread"). Yield once, take what they send, then save.
-			runtime.Gosched()
-			if r.pending() {
-				for r.pending() {
-					r.receive()
+			// monitor thread"). Yield once, take what they send, then save
+			// (once: a stream that never stops must not put the save off).
+			if !yielded {
+				yielded = true
+				runtime.Gosched()
+				if r.pending() {
+					for r.pending() {
+						r.receive()
+					}
+					continue
 				}
-				continue
 			}
+			yielded = false
 			if r.commit(context.Background()) != nil {
 				return
 			}
