@@ -150,6 +150,11 @@ type Server struct {
 	// the lock of the topic's stripe, so that every subscriber of a topic
 	// receives its messages in one order (OPENSTARRY.md, item 5).
 	topicLocks [64]sync.Mutex
+	// OPENSTARRY: a client's session is taken over (inheritClientSession,
+	// Clients.Add) and torn down at the end of a clean session under this
+	// lock, so that a teardown never removes the client that took the
+	// client id over (OPENSTARRY.md, item 9).
+	sessionMu sync.Mutex
 }
 
 // publishInOrder is publishToSubscribers under the lock of the stripe of
@@ -474,8 +479,10 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 
 	s.hooks.OnSessionEstablish(cl, pk)
 
+	s.sessionMu.Lock() // OPENSTARRY: item 9
 	sessionPresent := s.inheritClientSession(pk, cl)
 	s.Clients.Add(cl) // [MQTT-4.1.0-1]
+	s.sessionMu.Unlock()
 
 	err = s.SendConnack(cl, code, sessionPresent, nil) // [MQTT-3.1.4-5] [MQTT-3.2.0-1] [MQTT-3.2.0-2] &[MQTT-3.14.0-1]
 	if err != nil {
@@ -515,11 +522,18 @@ func (s *Server) attachClient(cl *Client, listener string) error {
 	expire := (cl.Properties.ProtocolVersion == 5 && cl.Properties.Props.SessionExpiryInterval == 0) || (cl.Properties.ProtocolVersion < 5 && cl.Properties.Clean)
 	s.hooks.OnDisconnect(cl, err, expire)
 
+	// OPENSTARRY: under sessionMu (item 9): upstream checked IsTakenOver,
+	// and a client that connected with the same id in between was then
+	// deleted from Clients (by id) and lost what it had subscribed to.
+	s.sessionMu.Lock()
 	if expire && !cl.IsTakenOver() {
 		cl.ClearInflights()
 		s.UnsubscribeClient(cl)
-		s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
+		if cur, ok := s.Clients.Get(cl.ID); ok && cur == cl {
+			s.Clients.Delete(cl.ID) // [MQTT-4.1.0-2] ![MQTT-3.1.2-23]
+		}
 	}
+	s.sessionMu.Unlock()
 
 	return err
 }
