@@ -67,7 +67,7 @@ BOOTS ?= 20x
 # windows/amd64 and the small armv6 builds, checked as ./build.sh matrix
 # checks them), and fails if any of it failed.
 bench:
-	{ $(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn|ModelTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/... ; \
+	{ $(GO) test -run '^$$' -bench 'RawFdatasync|^BenchmarkDatasync|^BenchmarkSave|EndToEnd|InProcessSubmitWait|MQTTIngress|Hydrate|BrainTurn|ModelTurn|BlockBytes' -benchtime $(BENCHTIME) -timeout 30m ./core/agent/ ./storage/... ./cmd/openstarry/ ./transport/... ; \
 	  $(GO) test -run '^$$' -bench 'DaemonBoot' -benchtime $(BOOTS) -timeout 30m ./cmd/openstarry/ ; \
 	  d=$$(mktemp -d); DIST=$$d TARGETS=windows/amd64 SMALL_TARGETS=linux/arm/6 ./build.sh matrix || echo "FAIL ./build.sh matrix"; rm -rf "$$d" ; \
 	} 2>&1 | $(GO) run ./internal/benchtargets
