@@ -3,38 +3,19 @@
 package mqtt_test
 
 import (
-	"bytes"
 	"io"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 	"github.com/openstarry/openstarry-edge/internal/wait"
 	"github.com/openstarry/openstarry-edge/transport/mqtt"
 	"github.com/openstarry/openstarry-edge/transport/mqtt/mqtttest"
 )
-
-// syncBuffer is a log sink the test reads while the client writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestMQTTKeepAliveDeadBroker: a broker that stops answering (Mosquitto
 // SIGSTOPped: its socket stays open, nothing comes back) is taken for dead
@@ -43,7 +24,7 @@ func (s *syncBuffer) String() string {
 // keep-alive check it would sit on the silent connection for good.
 func TestMQTTKeepAliveDeadBroker(t *testing.T) {
 	m := mqtttest.StartMosquitto(t, mqtttest.Options{})
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	a := startAgent(t, agentOpts{brokerURL: m.URL(), cfg: func(c *mqtt.Config) {
 		c.KeepAlive = time.Second
 		c.Log = zerolog.New(io.MultiWriter(zerolog.NewTestWriter(t), logs)).Level(zerolog.InfoLevel)

@@ -351,15 +351,7 @@ func TestMQTTBrokerRestart(t *testing.T) {
 			s, err := a.rt.Snapshot(context.Background())
 			return err == nil && len(s.Outbox) == 0
 		})
-		for id, rs := range mqtttest.Results(t, col, tp.Results) {
-			ticks := map[uint64]bool{}
-			for _, r := range rs {
-				ticks[r.TickIndex] = true
-			}
-			if len(ticks) != 1 {
-				t.Errorf("task %s ran more than once: %v", id, rs)
-			}
-		}
+		ranOnce(t, mqtttest.Results(t, col, tp.Results))
 	}
 	t.Run("mosquitto", func(t *testing.T) {
 		m := mqtttest.StartMosquitto(t, mqtttest.Options{})
@@ -662,4 +654,19 @@ func TestProgressOfQuickTasksCoalesced(t *testing.T) {
 		}
 		t.Logf("progress reports of %d sequential tasks: %v", n, phases)
 	})
+}
+
+// ranOnce fails t for a task whose results (published once or more) come
+// from more than one run (tick).
+func ranOnce(t *testing.T, results map[string][]mqtttest.Result) {
+	t.Helper()
+	for id, rs := range results {
+		ticks := map[uint64]bool{}
+		for _, r := range rs {
+			ticks[r.TickIndex] = true
+		}
+		if len(ticks) != 1 {
+			t.Errorf("task %s ran more than once: %v", id, rs)
+		}
+	}
 }
