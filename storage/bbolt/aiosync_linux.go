@@ -86,6 +86,14 @@ func datasync(f *os.File) error { return unix.Fdatasync(int(f.Fd())) }
 // journal's save in a busy spell (agent.BusySave).
 func datasyncPolled(f *os.File) error { return syncer.sync(int(f.Fd())) }
 
+// aioRefused reports whether the kernel refused AIO fsync, so that the
+// journal's syncs are plain fdatasyncs from now on.
+func aioRefused() bool {
+	syncer.mu.Lock()
+	defer syncer.mu.Unlock()
+	return syncer.failed
+}
+
 func (s *aioSyncer) sync(fd int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -10,12 +10,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"golang.org/x/sys/unix"
 
 	"github.com/openstarry/openstarry-edge/core/agent"
+	"github.com/openstarry/openstarry-edge/internal/logbuf"
 
 	"github.com/openstarry/openstarry-edge/internal/slowdisk"
 )
+
+// needSlowDisk fails t in CI (CI=true, where .ci/run installs fuse3) when
+// the slow disk cannot be mounted; elsewhere slowdisk.New skips it.
+func needSlowDisk(t *testing.T) {
+	t.Helper()
+	if err := slowdisk.Available(); err != nil && os.Getenv("CI") == "true" {
+		t.Fatalf("CI: %v", err)
+	}
+}
 
 // threadInSyscall reports whether a thread of this process is blocked in
 // system call nr (from /proc/self/task/*/syscall, whose first field is
@@ -44,6 +55,7 @@ func threadInSyscall(t *testing.T, nr uintptr) bool {
 // returns. With fdatasync called directly, a thread is in the call for
 // the whole 400 ms.
 func TestAIOSyncWaitsInThePoller(t *testing.T) {
+	needSlowDisk(t)
 	dir := slowdisk.New(t, 400*time.Millisecond)
 	f, err := os.OpenFile(filepath.Join(dir, "journal"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -140,6 +152,7 @@ func BenchmarkDatasync(b *testing.B) {
 // the poller: no thread is in fdatasync meanwhile; out of one it calls
 // fdatasync. On a slow disk (FUSE), each sync takes 200 ms.
 func TestJournalSyncPolledWhenBusy(t *testing.T) {
+	needSlowDisk(t)
 	s := mustOpen(t, slowdisk.New(t, 200*time.Millisecond), Options{})
 	w := newWindow("busy", 10, 200)
 	mustSave(t, s, w.snap) // the first save commits to bbolt; the next ones go to the journal
@@ -165,5 +178,34 @@ func TestJournalSyncPolledWhenBusy(t *testing.T) {
 			t.Errorf("%s: a thread in fdatasync during the save: %v, want %v", tc.name, seen, tc.inCall)
 		}
 		checkLoad(t, s, snap)
+	}
+}
+
+// When the kernel refused AIO fsync, the store says so once, at the first
+// busy save, and saves on with fdatasync.
+func TestAIORefusedLogged(t *testing.T) {
+	syncer.mu.Lock()
+	was := syncer.failed
+	syncer.failed = true
+	syncer.mu.Unlock()
+	t.Cleanup(func() { syncer.mu.Lock(); syncer.failed = was; syncer.mu.Unlock() })
+	var logs logbuf.Buffer
+	s, err := Open(t.TempDir(), Options{Logger: zerolog.New(&logs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	w := newWindow("refused", 10, 200)
+	mustSave(t, s, w.snap)
+	busy := agent.WithBusySave(context.Background())
+	for range 3 {
+		snap := w.step()
+		if err := s.Save(busy, snap); err != nil {
+			t.Fatal(err)
+		}
+		checkLoad(t, s, snap)
+	}
+	if n := strings.Count(logs.String(), "refused AIO fsync"); n != 1 {
+		t.Fatalf("%d warnings, want 1:\n%s", n, logs.String())
 	}
 }

@@ -15,5 +15,8 @@ func datasync(f *os.File) error { return f.Sync() }
 // datasyncPolled is datasync (aiosync_linux.go waits in the poller).
 func datasyncPolled(f *os.File) error { return f.Sync() }
 
+// aioRefused: there is no AIO here to be refused.
+func aioRefused() bool { return false }
+
 // dropCache does nothing here (see pagecache_linux.go).
 func dropCache(*os.File) {}

@@ -118,7 +118,8 @@ type Store struct {
 	tune tuning
 	log  zerolog.Logger
 
-	agents backend.Agents[agentStore] // refused after Close
+	agents  backend.Agents[agentStore] // refused after Close
+	aioOnce sync.Once                  // the warning that the kernel refused AIO fsync
 }
 
 // agentStore is one agent's file. Its mutex serialises every operation on the
@@ -692,7 +693,14 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte, polled bo
 		return nil, err
 	}
 	if !log.over && a.cache != nil && a.jr != nil && s.tune.journalSize > 0 && a.jr.fits(len(log.b)) {
-		return st, a.jr.append(log.b, polled) // append copies the operations
+		err := a.jr.append(log.b, polled) // append copies the operations
+		if polled && aioRefused() {
+			s.aioOnce.Do(func() {
+				s.log.Warn().Msg("bbolt: the kernel refused AIO fsync (Linux before 4.18, a file system without it, or aio-max-nr reached): " +
+					"journal syncs use fdatasync, which holds the agent's processor while the disk works")
+			})
+		}
+		return st, err
 	}
 	return st, s.fold(a, tx)
 }
