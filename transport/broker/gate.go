@@ -2,6 +2,7 @@ package broker
 
 import (
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +34,13 @@ const DefaultAckHold = 200 * time.Millisecond
 // the hooks (OnPublish, OnQosPublish, OnPublished, OnQosComplete) tell it
 // which deliveries each PUBACK waits for. PUBACKs leave a connection in the
 // order of their PUBLISHes, as MQTT requires; other packets are not held.
+//
+// A PUBACK released by a subscriber's acknowledgement leaves with the next
+// packets mochi writes to its publisher, when that write comes before the
+// broker's goroutine turns to other work (gateConn.releaseSoon): an agent
+// acknowledges a task and publishes its result in one write, and the
+// task's publisher, subscribed to the results, then gets the task's PUBACK
+// and its result in one write instead of two, and wakes once.
 type ackGate struct {
 	hold    time.Duration
 	persist func(cl *mqtt.Client, pk packets.Packet) // stores an undelivered copy, synced
@@ -125,20 +133,26 @@ func (a *ackGate) published(cl *mqtt.Client, pk packets.Packet) {
 	}
 	delete(a.routing, cl.ID)
 	g.sealed = true
-	a.openIfDone(g)
+	a.openIfDone(g, false)
 }
 
 // openIfDone opens g when it is sealed and waits for nothing more, and
-// writes the PUBACKs that can leave. It is called with a.mu held, and
+// writes the PUBACKs that can leave: at once when the publisher's own
+// goroutine opens it (soon false), else with the next write to the
+// publisher (gateConn.releaseSoon). It is called with a.mu held, and
 // releases it.
-func (a *ackGate) openIfDone(g *gate) {
+func (a *ackGate) openIfDone(g *gate, soon bool) {
 	ready := g.sealed && !g.open.Load() && len(g.pending) == 0
 	if ready {
 		g.open.Store(true)
 		g.timer.Stop()
 	}
 	a.mu.Unlock()
-	if ready {
+	switch {
+	case !ready:
+	case soon:
+		g.conn.releaseSoon()
+	default:
 		g.conn.release()
 	}
 }
@@ -193,7 +207,7 @@ func (a *ackGate) complete(cl *mqtt.Client, pk packets.Packet) bool {
 	if g, ok := a.waiting[d]; ok {
 		delete(a.waiting, d)
 		delete(g.pending, d)
-		a.openIfDone(g)
+		a.openIfDone(g, true)
 		return false
 	}
 	_, ok := a.stored[d]
@@ -250,10 +264,19 @@ func (l gateListener) Accept() (net.Conn, error) {
 // Mochi writes whole packets in each Write.
 type gateConn struct {
 	net.Conn
-	mu    sync.Mutex       // guards gates and held; serialises writes to Conn
+	mu    sync.Mutex       // guards gates, held, out and flushing; serialises writes to Conn
 	gates map[uint16]*gate // by the publisher's packet id
 	held  []heldAck        // withheld PUBACKs, in order
+	// out holds PUBACKs released and not yet written (releaseSoon): they
+	// go out ahead of the next Write, or by the flusher.
+	out      []byte
+	flushing bool // a flusher is scheduled
+	// later schedules the flusher; nil: goSoon. Tests set it.
+	later func(func())
 }
+
+// maxOut bounds the capacity of a gateConn's out kept between writes.
+const maxOut = 64 << 10
 
 type heldAck struct {
 	id  uint16
@@ -309,6 +332,15 @@ func (c *gateConn) Write(p []byte) (int, error) {
 	if !copied {
 		out = p
 	}
+	if len(c.out) > 0 && len(out) > 0 {
+		// The PUBACKs released before this write go out ahead of it, in
+		// the same write.
+		out = append(c.out, out...)
+		c.out = c.out[:0]
+		if cap(c.out) > maxOut {
+			c.out = nil
+		}
+	}
 	if len(out) > 0 {
 		if _, err := c.Conn.Write(out); err != nil {
 			return 0, err
@@ -317,23 +349,79 @@ func (c *gateConn) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// release writes the withheld PUBACKs whose gates are open, in order.
+// release writes the withheld PUBACKs whose gates are open, in order,
+// now (after those released before and not yet written).
 func (c *gateConn) release() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var out []byte
+	c.take()
+	c.writeOut()
+}
+
+// releaseSoon is release for a goroutine other than the publisher's: it
+// leaves the PUBACKs it releases to the next Write, and schedules a flusher
+// that writes them if no Write took them by then. The flusher yields the
+// processor once before it looks (goSoon), so that the publisher's write
+// loop, woken by the same packets of a subscriber that released the
+// PUBACKs (an agent's write: the task's PUBACK, then its result, which goes
+// to the task's publisher), writes first and takes them along.
+func (c *gateConn) releaseSoon() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.take()
+	if len(c.out) == 0 || c.flushing {
+		return
+	}
+	c.flushing = true
+	later := c.later
+	if later == nil {
+		later = goSoon
+	}
+	later(c.flush)
+}
+
+// flush writes the PUBACKs released and not yet written.
+func (c *gateConn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.flushing = false
+	c.writeOut()
+}
+
+// take moves the withheld PUBACKs whose gates are open, in order, to out;
+// c.mu is held.
+func (c *gateConn) take() {
 	for len(c.held) > 0 {
 		h := c.held[0]
 		if g := c.gates[h.id]; g != nil && !g.open.Load() {
 			break
 		}
 		delete(c.gates, h.id)
-		out = append(out, h.raw...)
+		c.out = append(c.out, h.raw...)
+		c.held[0] = heldAck{}
 		c.held = c.held[1:]
 	}
-	if len(out) > 0 {
-		_, _ = c.Conn.Write(out) // a broken connection: the publisher sends again
+}
+
+// writeOut writes out; c.mu is held.
+func (c *gateConn) writeOut() {
+	if len(c.out) == 0 {
+		return
 	}
+	_, _ = c.Conn.Write(c.out) // a broken connection: the publisher sends again
+	c.out = c.out[:0]
+	if cap(c.out) > maxOut {
+		c.out = nil
+	}
+}
+
+// goSoon runs f on a goroutine of its own once the scheduler has run the
+// goroutines ready before it.
+func goSoon(f func()) {
+	go func() {
+		runtime.Gosched()
+		f()
+	}()
 }
 
 // packetLen is the length of the MQTT packet at the start of p.

@@ -177,15 +177,108 @@ func TestGateConnWriteHeldInTheMiddle(t *testing.T) {
 	}
 }
 
+// TestGateConnReleaseSoon: PUBACKs released by another client's goroutine
+// (a subscriber's acknowledgement) leave with the next write to their
+// publisher, in order and ahead of it, in one write; the flusher writes
+// them when no write came first, and is scheduled once for all of them.
+func TestGateConnReleaseSoon(t *testing.T) {
+	puback := func(id byte) []byte { return []byte{0x40, 2, 0, id} }
+	publish := []byte{0x30, 3, 0, 1, 'x'}
+	held := func(ids ...byte) (*gateConn, *recorder, *[]func(), []*gate) {
+		r := &recorder{}
+		var scheduled []func()
+		c := &gateConn{Conn: r, gates: map[uint16]*gate{}, later: func(f func()) { scheduled = append(scheduled, f) }}
+		var gs []*gate
+		for _, id := range ids {
+			g := &gate{id: uint16(id)}
+			c.expect(g)
+			gs = append(gs, g)
+			if _, err := c.Write(puback(id)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r.writes != 0 {
+			t.Fatalf("a PUBACK whose gate is closed written: % x", r.b)
+		}
+		return c, r, &scheduled, gs
+	}
+
+	t.Run("with the next write", func(t *testing.T) {
+		c, r, scheduled, gs := held(1, 2)
+		for _, g := range gs {
+			g.open.Store(true)
+			c.releaseSoon()
+		}
+		if r.writes != 0 || len(*scheduled) != 1 {
+			t.Fatalf("after releaseSoon: %d writes (% x), %d flushers scheduled; want none written, one flusher", r.writes, r.b, len(*scheduled))
+		}
+		if _, err := c.Write(publish); err != nil {
+			t.Fatal(err)
+		}
+		want := append(append(puback(1), puback(2)...), publish...)
+		if r.writes != 1 || string(r.b) != string(want) {
+			t.Fatalf("%d writes of % x, want one of % x", r.writes, r.b, want)
+		}
+		(*scheduled)[0]()
+		if r.writes != 1 {
+			t.Fatalf("the flusher wrote again: % x", r.b)
+		}
+	})
+	t.Run("by the flusher", func(t *testing.T) {
+		c, r, scheduled, gs := held(3, 4)
+		gs[0].open.Store(true)
+		c.releaseSoon()
+		(*scheduled)[0]()
+		if r.writes != 1 || string(r.b) != string(puback(3)) {
+			t.Fatalf("%d writes of % x, want one of % x", r.writes, r.b, puback(3))
+		}
+		// PUBACK 4 is still held; a write passes it, and a flusher is
+		// scheduled again for the next release.
+		if _, err := c.Write(publish); err != nil {
+			t.Fatal(err)
+		}
+		gs[1].open.Store(true)
+		c.releaseSoon()
+		if len(*scheduled) != 2 {
+			t.Fatalf("%d flushers scheduled, want 2", len(*scheduled))
+		}
+		(*scheduled)[1]()
+		want := append(append(puback(3), publish...), puback(4)...)
+		if r.writes != 3 || string(r.b) != string(want) {
+			t.Fatalf("%d writes of % x, want 3 of % x", r.writes, r.b, want)
+		}
+	})
+	t.Run("behind a closed gate", func(t *testing.T) {
+		// A PUBACK whose gate opens behind one still closed waits for it.
+		c, r, scheduled, gs := held(5, 6)
+		gs[1].open.Store(true)
+		c.releaseSoon()
+		if len(*scheduled) != 0 {
+			t.Fatal("a flusher scheduled with nothing to write")
+		}
+		if _, err := c.Write(publish); err != nil {
+			t.Fatal(err)
+		}
+		gs[0].open.Store(true)
+		c.release()
+		want := append(append(publish, puback(5)...), puback(6)...)
+		if r.writes != 2 || string(r.b) != string(want) {
+			t.Fatalf("%d writes of % x, want 2 of % x", r.writes, r.b, want)
+		}
+	})
+}
+
 // recorder is a net.Conn that keeps what is written.
 type recorder struct {
 	net.Conn
-	b    []byte
-	last []byte // the slice of the last Write
+	b      []byte
+	last   []byte // the slice of the last Write
+	writes int
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
 	r.b, r.last = append(r.b, p...), p
+	r.writes++
 	return len(p), nil
 }
 

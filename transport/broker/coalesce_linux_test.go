@@ -1,0 +1,121 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"golang.org/x/sys/unix"
+
+	"github.com/openstarry/openstarry-edge/transport/mqtt/wire"
+)
+
+// TestPubackWithResult: an agent acknowledges a task and publishes its
+// result in one write; the task's publisher, subscribed to the results,
+// gets the task's PUBACK and the result in one write of the broker (one
+// data segment on loopback, counted by the kernel: TCP_INFO's
+// tcpi_data_segs_in), not in two. The broker runs with one processor, as
+// the daemon does.
+func TestPubackWithResult(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const tasks, results = "openstarry/d/agents/a/tasks", "openstarry/d/agents/a/results"
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	b, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", DataDir: t.TempDir(), Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+
+	login := func(id string, clean bool, filter string) (*net.TCPConn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", b.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		r, _, err := wire.Login(c, wire.ConnectOptions{ClientID: id, CleanSession: clean, KeepAlive: time.Minute}, 10*time.Second, 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(wire.EncodeSubscribe(1, []string{filter}, []byte{1})); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, c, r, wire.Suback)
+		return c.(*net.TCPConn), r
+	}
+	agent, ar := login("agent", false, tasks) // a persistent session: the gate holds the task's PUBACK for it
+	pub, pr := login("client", true, results)
+
+	const n = 20
+	segs0 := dataSegsIn(t, pub)
+	for i := range n {
+		if _, err := pub.Write(wire.EncodePublish(tasks, fmt.Appendf(nil, "task %d", i), uint16(i+1), false)); err != nil {
+			t.Fatal(err)
+		}
+		body := expect(t, agent, ar, wire.Publish)
+		task, err := wire.DecodePublish(2, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The task's PUBACK and its result, in one write, as the agent's
+		// publisher writes them (transport/mqtt, publishLoop).
+		out := wire.AppendPuback(nil, task.ID)
+		out = wire.AppendPublish(out, results, fmt.Appendf(nil, "result %d", i), 1, uint16(i+1), false, false)
+		if _, err := agent.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, agent, ar, wire.Puback) // the result's
+		expect(t, pub, pr, wire.Puback)   // the task's
+		res, err := wire.DecodePublish(2, expect(t, pub, pr, wire.Publish))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pub.Write(wire.AppendPuback(nil, res.ID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One data segment a task; two (the PUBACK, then the result) when the
+	// released PUBACK was written on its own. Slack for a flusher that
+	// ran first now and then.
+	if got := dataSegsIn(t, pub) - segs0; got > n+n/4 {
+		t.Errorf("the publisher received %d data segments for %d tasks: the task's PUBACK and its result were not written together", got, n)
+	}
+}
+
+// expect reads the next packet from r and fails unless it is of type typ;
+// it returns the packet's body.
+func expect(t *testing.T, c net.Conn, r *bufio.Reader, typ byte) []byte {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, _, body, err := wire.ReadPacket(r, nil, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != typ {
+		t.Fatalf("packet of type %d, want %d", got, typ)
+	}
+	return body
+}
+
+// dataSegsIn is the count of segments with data c received.
+func dataSegsIn(t *testing.T, c *net.TCPConn) uint32 {
+	t.Helper()
+	raw, err := c.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *unix.TCPInfo
+	var serr error
+	if err := raw.Control(func(fd uintptr) { info, serr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		t.Fatal(err)
+	}
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	return info.Data_segs_in
+}
