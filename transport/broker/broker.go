@@ -156,7 +156,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	var store *boltHook
 	if cfg.DataDir != "" {
 		path := filepath.Join(cfg.DataDir, DBFile)
-		store = newBoltHook(cfg.AckHold)
+		store = newBoltHook(cfg.AckHold, cfg.TopicPrefix)
 		err := srv.AddHook(store, &bolt.Options{
 			Path:    path,
 			Options: &bbolt.Options{Timeout: time.Second},

@@ -19,8 +19,9 @@ import (
 // result in one write; the task's publisher, subscribed to the results,
 // gets the task's PUBACK and the result in one write of the broker (one
 // data segment on loopback, counted by the kernel: TCP_INFO's
-// tcpi_data_segs_in), not in two. The broker runs with one processor, as
-// the daemon does.
+// tcpi_data_segs_in), not in two; and the agent gets its result's PUBACK
+// with its next task, in one write, not in two, the last one within
+// ResultAckDelay. The broker runs with one processor, as the daemon does.
 func TestPubackWithResult(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	const tasks, results = "openstarry/d/agents/a/tasks", "openstarry/d/agents/a/results"
@@ -52,12 +53,23 @@ func TestPubackWithResult(t *testing.T) {
 	pub, pr := login("client", true, results)
 
 	const n = 20
-	segs0 := dataSegsIn(t, pub)
+	segs0, agentSegs0 := dataSegsIn(t, pub), dataSegsIn(t, agent)
+	acks := 0 // the results' PUBACKs the agent got
 	for i := range n {
 		if _, err := pub.Write(wire.EncodePublish(tasks, fmt.Appendf(nil, "task %d", i), uint16(i+1), false)); err != nil {
 			t.Fatal(err)
 		}
-		body := expect(t, agent, ar, wire.Publish)
+		var body []byte
+		for body == nil {
+			switch typ, b := next(t, agent, ar); typ {
+			case wire.Publish:
+				body = b
+			case wire.Puback:
+				acks++
+			default:
+				t.Fatalf("packet of type %d to the agent", typ)
+			}
+		}
 		task, err := wire.DecodePublish(2, body)
 		if err != nil {
 			t.Fatal(err)
@@ -69,8 +81,7 @@ func TestPubackWithResult(t *testing.T) {
 		if _, err := agent.Write(out); err != nil {
 			t.Fatal(err)
 		}
-		expect(t, agent, ar, wire.Puback) // the result's
-		expect(t, pub, pr, wire.Puback)   // the task's
+		expect(t, pub, pr, wire.Puback) // the task's
 		res, err := wire.DecodePublish(2, expect(t, pub, pr, wire.Publish))
 		if err != nil {
 			t.Fatal(err)
@@ -85,17 +96,32 @@ func TestPubackWithResult(t *testing.T) {
 	if got := dataSegsIn(t, pub) - segs0; got > n+n/4 {
 		t.Errorf("the publisher received %d data segments for %d tasks: the task's PUBACK and its result were not written together", got, n)
 	}
+	// The last result's PUBACK comes alone, after ResultAckDelay.
+	for acks < n {
+		expect(t, agent, ar, wire.Puback)
+		acks++
+	}
+	if got := dataSegsIn(t, agent) - agentSegs0; got > n+1+n/4 {
+		t.Errorf("the agent received %d data segments for %d tasks: its results' PUBACKs were not written with its next tasks", got, n)
+	}
+}
+
+// next reads the next packet from r: its type and body.
+func next(t *testing.T, c net.Conn, r *bufio.Reader) (byte, []byte) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	typ, _, body, err := wire.ReadPacket(r, nil, 1<<16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return typ, body
 }
 
 // expect reads the next packet from r and fails unless it is of type typ;
 // it returns the packet's body.
 func expect(t *testing.T, c net.Conn, r *bufio.Reader, typ byte) []byte {
 	t.Helper()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	got, _, body, err := wire.ReadPacket(r, nil, 1<<16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got, body := next(t, c, r)
 	if got != typ {
 		t.Fatalf("packet of type %d, want %d", got, typ)
 	}

@@ -16,6 +16,10 @@ import (
 // and acknowledges the publisher.
 const DefaultAckHold = 200 * time.Millisecond
 
+// ResultAckDelay bounds how long the PUBACK of an agent's result waits for
+// the next packet to the agent.
+const ResultAckDelay = 10 * time.Millisecond
+
 // The acknowledgement gate keeps one durable copy of a QoS 1 message, not
 // two. When a client publishes at QoS 1, its PUBACK is withheld until every
 // subscriber with a persistent session that the message was routed to has
@@ -41,9 +45,22 @@ const DefaultAckHold = 200 * time.Millisecond
 // acknowledges a task and publishes its result in one write, and the
 // task's publisher, subscribed to the results, then gets the task's PUBACK
 // and its result in one write instead of two, and wakes once.
+//
+// The PUBACK of an agent's result (a QoS 1 PUBLISH on a topic
+// {prefix}/{device}/agents/{agent}/results, whose gate opens once routed)
+// waits for the next packet the broker writes to the agent, at most
+// ResultAckDelay (gateConn.releaseLater): the agent's next task, when tasks
+// come one after another, so that the agent wakes once per task instead of
+// twice. An agent never waits for that PUBACK before it goes on (it keeps up
+// to 256 results in flight, and only drops a result from its store once
+// acknowledged); any other publisher, which may wait for each PUBACK, gets
+// its PUBACK at once.
 type ackGate struct {
 	hold    time.Duration
 	persist func(cl *mqtt.Client, pk packets.Packet) // stores an undelivered copy, synced
+	// lazy reports whether a topic is an agent's results topic, whose
+	// PUBACKs wait for the next packet to the publisher; nil: none.
+	lazy func(topic string) bool
 
 	mu sync.Mutex // guards the maps below and the gates' fields
 	// routing is, per publisher client id, the QoS 1 message being routed
@@ -76,6 +93,7 @@ type gate struct {
 	origin  string
 	topic   string
 	created int64
+	lazy    bool // the PUBACK of an agent's result (ackGate.lazy)
 	sealed  bool // routing finished: no more deliveries join
 	// open is set, under ackGate.mu, once the PUBACK may leave; the
 	// gateConn reads it under its own mutex, hence atomic.
@@ -112,7 +130,7 @@ func (a *ackGate) publish(cl *mqtt.Client, pk packets.Packet) {
 		return
 	}
 	g := &gate{conn: gc, id: pk.PacketID, origin: cl.ID, topic: pk.TopicName, created: pk.Created,
-		pending: map[delivery]pendingCopy{}}
+		lazy: a.lazy != nil && a.lazy(pk.TopicName), pending: map[delivery]pendingCopy{}}
 	a.mu.Lock()
 	a.routing[cl.ID] = g
 	a.mu.Unlock()
@@ -137,9 +155,10 @@ func (a *ackGate) published(cl *mqtt.Client, pk packets.Packet) {
 }
 
 // openIfDone opens g when it is sealed and waits for nothing more, and
-// writes the PUBACKs that can leave: at once when the publisher's own
-// goroutine opens it (soon false), else with the next write to the
-// publisher (gateConn.releaseSoon). It is called with a.mu held, and
+// writes the PUBACKs that can leave: with the next write to the publisher
+// when another client's goroutine opens it (soon: gateConn.releaseSoon),
+// with the next write within ResultAckDelay when it is an agent's result's
+// (gateConn.releaseLater), else at once. It is called with a.mu held, and
 // releases it.
 func (a *ackGate) openIfDone(g *gate, soon bool) {
 	ready := g.sealed && !g.open.Load() && len(g.pending) == 0
@@ -152,6 +171,8 @@ func (a *ackGate) openIfDone(g *gate, soon bool) {
 	case !ready:
 	case soon:
 		g.conn.releaseSoon()
+	case g.lazy:
+		g.conn.releaseLater(ResultAckDelay)
 	default:
 		g.conn.release()
 	}
@@ -273,6 +294,10 @@ type gateConn struct {
 	flushing bool // a flusher is scheduled
 	// later schedules the flusher; nil: goSoon. Tests set it.
 	later func(func())
+	// timer writes out when no write took it within the delay of
+	// releaseLater; timed: it is set.
+	timer *time.Timer
+	timed bool
 }
 
 // maxOut bounds the capacity of a gateConn's out kept between writes.
@@ -336,10 +361,7 @@ func (c *gateConn) Write(p []byte) (int, error) {
 		// The PUBACKs released before this write go out ahead of it, in
 		// the same write.
 		out = append(c.out, out...)
-		c.out = c.out[:0]
-		if cap(c.out) > maxOut {
-			c.out = nil
-		}
+		c.taken()
 	}
 	if len(out) > 0 {
 		if _, err := c.Conn.Write(out); err != nil {
@@ -380,6 +402,32 @@ func (c *gateConn) releaseSoon() {
 	later(c.flush)
 }
 
+// releaseLater is release for the PUBACK of an agent's result: it leaves
+// the PUBACKs it releases to the next Write, for at most delay.
+func (c *gateConn) releaseLater(delay time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.take()
+	if len(c.out) == 0 || c.timed || c.flushing {
+		return
+	}
+	c.timed = true
+	if c.timer == nil {
+		c.timer = time.AfterFunc(delay, c.flushTimed)
+	} else {
+		c.timer.Reset(delay)
+	}
+}
+
+// flushTimed is the timer of releaseLater.
+func (c *gateConn) flushTimed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.timed {
+		c.writeOut()
+	}
+}
+
 // flush writes the PUBACKs released and not yet written.
 func (c *gateConn) flush() {
 	c.mu.Lock()
@@ -409,9 +457,19 @@ func (c *gateConn) writeOut() {
 		return
 	}
 	_, _ = c.Conn.Write(c.out) // a broken connection: the publisher sends again
+	c.taken()
+}
+
+// taken empties out, once written, and stops the timer of releaseLater;
+// c.mu is held.
+func (c *gateConn) taken() {
 	c.out = c.out[:0]
 	if cap(c.out) > maxOut {
 		c.out = nil
+	}
+	if c.timed {
+		c.timed = false
+		c.timer.Stop()
 	}
 }
 

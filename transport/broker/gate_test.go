@@ -268,6 +268,86 @@ func TestGateConnReleaseSoon(t *testing.T) {
 	})
 }
 
+// TestGateConnReleaseLater: the PUBACK of an agent's result leaves with the
+// next write to the agent, in one write, or on its own once the delay is
+// over.
+func TestGateConnReleaseLater(t *testing.T) {
+	puback := func(id byte) []byte { return []byte{0x40, 2, 0, id} }
+	publish := []byte{0x30, 3, 0, 1, 'x'}
+	r := &recorder{}
+	c := &gateConn{Conn: r, gates: map[uint16]*gate{}}
+	hold := func(id byte) {
+		t.Helper()
+		g := &gate{id: uint16(id)}
+		c.expect(g)
+		if _, err := c.Write(puback(id)); err != nil {
+			t.Fatal(err)
+		}
+		g.open.Store(true)
+	}
+	state := func() (int, string) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return r.writes, string(r.b)
+	}
+
+	hold(1)
+	c.releaseLater(time.Hour)
+	if n, b := state(); n != 0 {
+		t.Fatalf("written at once: % x", b)
+	}
+	if _, err := c.Write(publish); err != nil {
+		t.Fatal(err)
+	}
+	want := string(append(puback(1), publish...))
+	if n, b := state(); n != 1 || b != want {
+		t.Fatalf("%d writes of % x, want one of % x", n, b, want)
+	}
+
+	hold(2)
+	c.releaseLater(time.Millisecond)
+	want += string(puback(2))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, b := state()
+		if n == 2 && b == want {
+			break
+		}
+		if n > 2 || time.Now().After(deadline) {
+			t.Fatalf("%d writes of % x, want 2 of % x", n, b, want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestResultsTopic: the topics whose PUBACKs wait for the next packet to
+// the publisher are the agents' results topics, and those only.
+func TestResultsTopic(t *testing.T) {
+	lazy := resultsTopic("openstarry")
+	for topic, want := range map[string]bool{
+		"openstarry/dev/agents/master/results":   true,
+		"openstarry/d-1/agents/a_b/results":      true,
+		"openstarry/dev/agents/master/tasks":     false,
+		"openstarry/dev/agents/master/progress":  false,
+		"openstarry/dev/status":                  false,
+		"openstarry/fleet/claims/t1":             false,
+		"openstarry/dev/agents//results":         false,
+		"openstarry//agents/master/results":      false,
+		"openstarry/dev/x/agents/master/results": false,
+		"openstarry/dev/agents/master/x/results": false,
+		"other/dev/agents/master/results":        false,
+		"openstarryx/dev/agents/master/results":  false,
+		"openstarry/dev/agents/master/results/x": false,
+		"openstarry/dev/agents/master/resultsx":  false,
+		"results":                                false,
+		"":                                       false,
+	} {
+		if got := lazy(topic); got != want {
+			t.Errorf("%q: %v, want %v", topic, got, want)
+		}
+	}
+}
+
 // recorder is a net.Conn that keeps what is written.
 type recorder struct {
 	net.Conn

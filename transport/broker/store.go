@@ -29,10 +29,28 @@ type boltHook struct {
 	gate *ackGate
 }
 
-func newBoltHook(hold time.Duration) *boltHook {
+func newBoltHook(hold time.Duration, prefix string) *boltHook {
 	h := &boltHook{}
 	h.gate = newAckGate(hold, func(cl *mqtt.Client, pk packets.Packet) { h.Hook.OnQosPublish(cl, pk, pk.Created, 0) })
+	h.gate.lazy = resultsTopic(prefix)
 	return h
+}
+
+// resultsTopic returns a function that reports whether a topic is an
+// agent's results topic under prefix: {prefix}/{device}/agents/{agent}/results.
+func resultsTopic(prefix string) func(string) bool {
+	prefix += "/"
+	return func(topic string) bool {
+		rest, ok := strings.CutPrefix(topic, prefix)
+		if !ok {
+			return false
+		}
+		if rest, ok = strings.CutSuffix(rest, "/results"); !ok {
+			return false
+		}
+		device, agent, ok := strings.Cut(rest, "/agents/")
+		return ok && device != "" && agent != "" && !strings.ContainsAny(device, "/+#") && !strings.ContainsAny(agent, "/+#")
+	}
 }
 
 // Provides adds the gate's hooks to mochi's store's.
