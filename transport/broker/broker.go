@@ -69,6 +69,11 @@ type Config struct {
 	// MaxRetainedBytes bounds the retained messages (topics and
 	// payloads), default DefaultMaxRetainedBytes.
 	MaxRetainedBytes int64
+
+	// resultAckDelay is how long the PUBACK of an agent's result may wait
+	// for the next packet to the agent (gate.go), default ResultAckDelay;
+	// tests lengthen it.
+	resultAckDelay time.Duration
 }
 
 // withDefaults fills in the zero fields.
@@ -94,6 +99,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.MaxRetainedBytes <= 0 {
 		cfg.MaxRetainedBytes = DefaultMaxRetainedBytes
+	}
+	if cfg.resultAckDelay <= 0 {
+		cfg.resultAckDelay = ResultAckDelay
 	}
 	return cfg
 }
@@ -156,7 +164,7 @@ func Start(ctx context.Context, cfg Config) (*Broker, error) {
 	var store *boltHook
 	if cfg.DataDir != "" {
 		path := filepath.Join(cfg.DataDir, DBFile)
-		store = newBoltHook(cfg.AckHold, cfg.TopicPrefix)
+		store = newBoltHook(cfg.AckHold, cfg.TopicPrefix, cfg.resultAckDelay)
 		err := srv.AddHook(store, &bolt.Options{
 			Path:    path,
 			Options: &bbolt.Options{Timeout: time.Second},

@@ -60,7 +60,8 @@ type ackGate struct {
 	persist func(cl *mqtt.Client, pk packets.Packet) // stores an undelivered copy, synced
 	// lazy reports whether a topic is an agent's results topic, whose
 	// PUBACKs wait for the next packet to the publisher; nil: none.
-	lazy func(topic string) bool
+	lazy      func(topic string) bool
+	lazyDelay time.Duration // how long they wait at most: ResultAckDelay
 
 	mu sync.Mutex // guards the maps below and the gates' fields
 	// routing is, per publisher client id, the QoS 1 message being routed
@@ -172,7 +173,7 @@ func (a *ackGate) openIfDone(g *gate, soon bool) {
 	case soon:
 		g.conn.releaseSoon()
 	case g.lazy:
-		g.conn.releaseLater(ResultAckDelay)
+		g.conn.releaseLater(a.lazyDelay)
 	default:
 		g.conn.release()
 	}

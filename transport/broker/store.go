@@ -29,10 +29,10 @@ type boltHook struct {
 	gate *ackGate
 }
 
-func newBoltHook(hold time.Duration, prefix string) *boltHook {
+func newBoltHook(hold time.Duration, prefix string, resultAckDelay time.Duration) *boltHook {
 	h := &boltHook{}
 	h.gate = newAckGate(hold, func(cl *mqtt.Client, pk packets.Packet) { h.Hook.OnQosPublish(cl, pk, pk.Created, 0) })
-	h.gate.lazy = resultsTopic(prefix)
+	h.gate.lazy, h.gate.lazyDelay = resultsTopic(prefix), resultAckDelay
 	return h
 }
 
