@@ -286,7 +286,7 @@ func (l gateListener) Accept() (net.Conn, error) {
 // Mochi writes whole packets in each Write.
 type gateConn struct {
 	net.Conn
-	mu    sync.Mutex       // guards gates, held, out and flushing; serialises writes to Conn
+	mu    sync.Mutex       // guards the fields below; serialises writes to Conn
 	gates map[uint16]*gate // by the publisher's packet id
 	held  []heldAck        // withheld PUBACKs, in order
 	// out holds PUBACKs released and not yet written (releaseSoon): they
