@@ -7,7 +7,12 @@
 // # Goroutines
 //
 // One goroutine owns the snapshot (the runtime's loop): it applies every
-// change and performs every Save. A tick's brain and tools run on a second
+// change and starts every Save. In a busy spell (BusySave) a Save runs on a
+// goroutine of its own, on a copy of the state (the flight), while the
+// loop takes the next events and runs their ticks; the next Save starts
+// once it has landed, so saves still happen one at a time, in order, and
+// what one releases is released only when it has returned (land). Out of
+// a busy spell the loop saves itself. A tick's brain and tools run on a second
 // goroutine, which never touches the snapshot; it hands its progress
 // (intents) and its outcome back over channels. A quick brain's tick that
 // calls no tool (an echo task) runs on the loop's goroutine itself, reading
@@ -23,7 +28,8 @@
 // Submit appends the event to event_queue_backup and returns only after a
 // Save that holds it: the caller acknowledges its source (MQTT PUBACK, HTTP
 // 202) after that, never before. Events that arrive while a save runs ride
-// on the next one (group commit).
+// on the next one (group commit); in a busy spell their ticks run meanwhile
+// too, and their outcomes ride on the same next save.
 //
 // A tick, one event at a time, in queue order:
 //

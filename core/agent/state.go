@@ -424,3 +424,28 @@ func stateOf(res *Result) TaskState {
 	return TaskState{TaskID: res.TaskID, AgentID: res.AgentID, Status: res.Status,
 		Output: res.Output, Error: res.Error, TickIndex: res.TickIndex}
 }
+
+// copyForSave returns a copy of the state that no later change of st
+// reaches, for a save that runs while the runtime goes on (Runtime.launch).
+// It costs the working variables and the tick's progress, not the lists:
+// the runtime only appends to a list, drops from its front or replaces it
+// whole, never writes an element in place, so a list clipped to its length
+// (a full slice expression, which makes an append copy) stays as it was.
+// TestCopyForSave holds the state's changes to that.
+func (st *state) copyForSave() *Snapshot {
+	s := st.snap
+	c := *s
+	h := s.Memory.ShortTermHistory
+	c.Memory.ShortTermHistory = h[:len(h):len(h)]
+	c.Memory.WorkingVariables = cloneVars(s.Memory.WorkingVariables)
+	c.EventQueueBackup = s.EventQueueBackup[:len(s.EventQueueBackup):len(s.EventQueueBackup)]
+	c.Outbox = s.Outbox[:len(s.Outbox):len(s.Outbox)]
+	c.RecentEventIDs = s.RecentEventIDs[:len(s.RecentEventIDs):len(s.RecentEventIDs)]
+	if s.PendingAction != nil {
+		p := *s.PendingAction
+		p.Completed = p.Completed[:len(p.Completed):len(p.Completed)]
+		c.PendingAction = &p
+	}
+	c.Turn = s.Turn.Clone()
+	return &c
+}
