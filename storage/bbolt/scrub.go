@@ -131,6 +131,7 @@ func (s *Store) Scrub(ctx context.Context, agentID string) (rep plugin.ScrubRepo
 		_ = a.drop()
 		_ = a.db.Close()
 		a.db, a.cache = nil, nil
+		a.ids.Store(nil)
 		if _, err := s.reopenSalvaged(a, why); err != nil {
 			damage("%s: could not rebuild it: %v", a.path, err)
 		} else {

@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -153,6 +154,9 @@ type agentStore struct {
 	// the next so that a Save does not grow a new one (about 3 KiB per echo
 	// task, the largest allocation of a task in the agent).
 	log opLog
+	// ids holds every task id of the index while db is open (idfilter.go);
+	// nil while it is not. Read without mu.
+	ids atomic.Pointer[idFilter]
 }
 
 // state is what an agentStore remembers of the generation it saved or loaded
@@ -397,11 +401,20 @@ func (s *Store) openFile(a *agentStore, create bool) (ok bool, err error) {
 	}
 	a.db = db
 	a.cache = nil
+	a.ids.Store(nil)
 	if err := s.replay(a); err != nil {
 		_ = db.Close()
 		a.db = nil
 		return false, err
 	}
+	var ids *idFilter
+	if err := s.view(a, func(tx *bolt.Tx) error { ids = buildIDFilter(tx); return nil }); err != nil {
+		_ = a.drop()
+		_ = db.Close()
+		a.db = nil
+		return false, err
+	}
+	a.ids.Store(ids)
 	return true, nil
 }
 
@@ -523,6 +536,7 @@ func (s *Store) rewind(a *agentStore) {
 		s.log.Error().Str("agent", a.id).Err(err).Msg("the journal could not be read again after a failed save; closing the store of the agent")
 		_ = a.db.Close()
 		a.db = nil
+		a.ids.Store(nil)
 	}
 }
 
@@ -769,7 +783,7 @@ func (s *Store) write(tx wtx, a *agentStore, snap *agent.Snapshot, body []byte) 
 	if base != nil {
 		rec.TaskNext = base.TaskNext
 	}
-	if rec.TaskNext, err = s.index(tx, snap, rec.TaskNext, encoded); err != nil {
+	if rec.TaskNext, err = s.index(tx, a, snap, rec.TaskNext, encoded); err != nil {
 		return nil, fmt.Errorf("task index: %w", err)
 	}
 
@@ -1023,6 +1037,7 @@ func (s *Store) Load(ctx context.Context, agentID string) (*agent.Snapshot, erro
 		_ = a.drop()
 		_ = a.db.Close()
 		a.db, a.cache = nil, nil
+		a.ids.Store(nil)
 		if _, err = s.reopenSalvaged(a, err); err == nil {
 			err = s.view(a, read)
 		}
@@ -1403,6 +1418,7 @@ func (s *Store) remove(a *agentStore) error {
 		rmErr = err
 	}
 	a.db, a.cache = nil, nil
+	a.ids.Store(nil)
 	if rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) {
 		return fmt.Errorf("bbolt: delete %s: %w", a.id, rmErr)
 	}
@@ -1471,6 +1487,7 @@ func (s *Store) Close() error {
 				errs = append(errs, fmt.Errorf("bbolt: close %s: %w", a.id, err))
 			}
 			a.db, a.cache = nil, nil
+			a.ids.Store(nil)
 		}
 		a.mu.Unlock()
 	}

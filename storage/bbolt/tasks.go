@@ -18,7 +18,9 @@ import (
 // Seq of at least next into the task index, prunes the index beyond
 // retention, and returns the new next. A result whose task id is not a valid
 // id (agent.ValidateID) cannot be looked up and is skipped with a warning.
-func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uint64][]byte) (uint64, error) {
+// Each id goes into the agent's id filter before its entry is written.
+func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, encoded map[uint64][]byte) (uint64, error) {
+	ids := a.ids.Load()
 	b := tx.bucket(bucketTasks)
 	newNext := next
 	// The count of time entries is read before the first result indexed
@@ -51,9 +53,17 @@ func (s *Store) index(tx wtx, snap *agent.Snapshot, next uint64, encoded map[uin
 			}
 			counted = true
 		}
+		if ids != nil {
+			ids.add(r.TaskID)
+		}
 		if err := putResult(b, r, snap.Timestamp, encoded[r.Seq], &count); err != nil {
 			return 0, err
 		}
+	}
+	if ids != nil && ids.full() {
+		// Built again, twice the size, from the index as this Save leaves
+		// it: the ids added above are in both.
+		a.ids.Store(buildIDFilter(tx.Tx))
 	}
 	if counted {
 		if err := putTaskCount(b, count); err != nil {
@@ -217,6 +227,13 @@ func (s *Store) TaskResult(ctx context.Context, agentID, taskID string) (*agent.
 	}
 	if err := agent.ValidateID(taskID); err != nil {
 		return nil, fmt.Errorf("bbolt: task of %s: %w", agentID, err)
+	}
+	if a, err := s.agents.Get(agentID); err == nil && a != nil {
+		if ids := a.ids.Load(); ids != nil && !ids.mayHave(taskID) {
+			// Not in the index, without waiting for a Save in progress
+			// (idfilter.go).
+			return nil, fmt.Errorf("bbolt: task %s of %s: %w", taskID, agentID, plugin.ErrNotFound)
+		}
 	}
 	a, err := s.agent(agentID)
 	if err != nil {
