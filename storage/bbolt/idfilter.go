@@ -48,9 +48,10 @@ func newIDFilter(ids int) *idFilter {
 	return &idFilter{seed: maphash.MakeSeed(), bits: make([]atomic.Uint64, (c*idFilterBits+63)/64), cap: c}
 }
 
-// probes calls f with each of id's bit positions.
-func (f *idFilter) probes(id string, fn func(word int, mask uint64) bool) {
-	h := maphash.String(f.seed, id)
+// probes calls fn with each of the bit positions of the id whose hash is
+// h (maphash.String or maphash.Bytes of it with f.seed), until fn returns
+// false.
+func (f *idFilter) probes(h uint64, fn func(word int, mask uint64) bool) {
 	h1, h2 := h, h>>32|1
 	m := uint64(len(f.bits) * 64)
 	for i := range uint64(idFilterK) {
@@ -61,15 +62,17 @@ func (f *idFilter) probes(id string, fn func(word int, mask uint64) bool) {
 	}
 }
 
-func (f *idFilter) add(id string) {
-	f.probes(id, func(w int, mask uint64) bool { f.bits[w].Or(mask); return true })
+func (f *idFilter) add(id string) { f.addHash(maphash.String(f.seed, id)) }
+
+func (f *idFilter) addHash(h uint64) {
+	f.probes(h, func(w int, mask uint64) bool { f.bits[w].Or(mask); return true })
 	f.n.Add(1)
 }
 
 // mayHave reports false only for an id never added.
 func (f *idFilter) mayHave(id string) bool {
 	all := true
-	f.probes(id, func(w int, mask uint64) bool {
+	f.probes(maphash.String(f.seed, id), func(w int, mask uint64) bool {
 		all = f.bits[w].Load()&mask != 0
 		return all
 	})
@@ -80,20 +83,17 @@ func (f *idFilter) mayHave(id string) bool {
 func (f *idFilter) full() bool { return f.n.Load() > int64(f.cap) }
 
 // buildIDFilter returns a filter holding every task id of the index in tx,
-// sized for twice as many.
+// sized for twice as many as the index counts.
 func buildIDFilter(tx *bolt.Tx) *idFilter {
 	b := tx.Bucket(bucketTasks)
 	if b == nil {
 		return newIDFilter(0)
 	}
-	var ids []string
+	n, _ := taskCount(b) // a size only: a damaged count is rebuilt at the next Save's
+	f := newIDFilter(2 * int(min(n, 1<<26)))
 	c := b.Cursor()
 	for k, _ := c.Seek([]byte{prefixTaskByID}); len(k) > 0 && k[0] == prefixTaskByID; k, _ = c.Next() {
-		ids = append(ids, string(k[1:]))
-	}
-	f := newIDFilter(2 * len(ids))
-	for _, id := range ids {
-		f.add(id)
+		f.addHash(maphash.Bytes(f.seed, k[1:]))
 	}
 	return f
 }

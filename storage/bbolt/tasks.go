@@ -60,11 +60,6 @@ func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, 
 			return 0, err
 		}
 	}
-	if ids != nil && ids.full() {
-		// Built again, twice the size, from the index as this Save leaves
-		// it: the ids added above are in both.
-		a.ids.Store(buildIDFilter(tx.Tx))
-	}
 	if counted {
 		if err := putTaskCount(b, count); err != nil {
 			return 0, err
@@ -74,6 +69,11 @@ func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, 
 		if err := s.prune(b, snap); err != nil {
 			return 0, err
 		}
+	}
+	if ids != nil && ids.full() {
+		// Built again, for twice the ids, from the index as this Save
+		// leaves it: the ids added above are in both.
+		a.ids.Store(buildIDFilter(tx.Tx))
 	}
 	return newNext, nil
 }
