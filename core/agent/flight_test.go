@@ -134,6 +134,10 @@ func TestSaveOverlapsTheNextTicks(t *testing.T) {
 		t.Fatalf("task %s acknowledged while its save waits for the disk", id)
 	default:
 	}
+	// Nor is b reported before a save holds it.
+	if st, ok, err := rt.TaskState(context.Background(), "b"); err != nil || ok {
+		t.Fatalf("task b reported as %+v (%v) before a save holds it", st, err)
+	}
 
 	g.open()
 	for _, want := range []string{"a", "b"} {

@@ -993,8 +993,9 @@ func (r *Runtime) release(s *Snapshot) {
 			r.live[sub.ev.ID] = TaskQueued
 		}
 	}
-	if r.busy && r.tickID != "" {
-		// A quick tick runs on an event this save made durable.
+	if _, durable := r.live[r.tickID]; r.busy && r.tickID != "" && durable {
+		// A quick tick runs on an event this save, or an earlier one, made
+		// durable (not on one taken while this save was in flight).
 		r.live[r.tickID] = TaskRunning
 	}
 	var fresh []Result
