@@ -220,3 +220,43 @@ func TestFailedSaveInFlight(t *testing.T) {
 		t.Fatalf("stored tick index %d, want %d: the store changed", got, before)
 	}
 }
+
+// TestHoldForgetsIdleClients: a save waits for as many events as the last
+// round acknowledged only while those clients may still be sending their
+// next; once QuickWait has passed since, the next task is saved at once.
+// Before, after any round of several tasks, the first task after an idle
+// spell waited QuickWait out (at the start of every burst).
+func TestHoldForgetsIdleClients(t *testing.T) {
+	e := newEnv(t)
+	entered, gate := make(chan struct{}, 1), make(chan struct{})
+	e.cfg.Tools = append(e.cfg.Tools, gateTool(entered, gate))
+	const quickWait = 2 * time.Second
+	e.cfg.QuickWait = quickWait
+	rt := e.start()
+	// A round of three clients, held together by a tick on the gate.
+	answered := make(chan agent.SubmitResult, 3)
+	go func() { answered <- submit(t, rt, "g", map[string]any{"call": []map[string]any{{"tool": "gate"}}}) }()
+	<-entered
+	for _, id := range []string{"a1", "a2"} {
+		go func() { answered <- submit(t, rt, id, "x") }()
+	}
+	wait.For(t, 10*time.Second, "three tasks accepted", func() bool {
+		s, err := rt.Snapshot(context.Background())
+		return err == nil && len(s.RecentEventIDs) == 3
+	})
+	close(gate)
+	for range 3 {
+		if res := <-answered; res.Err != nil {
+			t.Fatal(res.Err)
+		}
+	}
+
+	time.Sleep(quickWait + quickWait/4) // the clients of that round send nothing more
+	start := time.Now()
+	if res := submit(t, rt, "late", "x"); res.Err != nil {
+		t.Fatal(res.Err)
+	}
+	if took := time.Since(start); took > quickWait/2 {
+		t.Fatalf("a task after an idle spell was acknowledged after %v: its save waited for the clients of the last round", took)
+	}
+}
