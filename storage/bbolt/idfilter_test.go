@@ -3,8 +3,6 @@ package bbolt
 import (
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -135,20 +133,7 @@ func TestIDFilterHoldsTheIndex(t *testing.T) {
 	for range 3 {
 		mustSave(t, s, r.step(5))
 	}
-	copyDir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(copyDir, "grow"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{FileName, JournalName} {
-		data, err := os.ReadFile(filepath.Join(dir, "grow", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(copyDir, "grow", name), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	check(mustOpen(t, copyDir, Options{}), "replayed", 3015)
+	check(mustOpen(t, copyAgent(t, dir, "grow", nil), Options{}), "replayed", 3015)
 
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
