@@ -304,6 +304,14 @@ type gateConn struct {
 // maxOut bounds the capacity of a gateConn's out kept between writes.
 const maxOut = 64 << 10
 
+// maxLater is how many PUBACKs of an agent's results wait for the next
+// packet to the agent at the most (releaseLater); pubackLen is the length
+// of an MQTT 3.1.1 PUBACK (a version 5 one is as long when it succeeds).
+const (
+	maxLater  = 64
+	pubackLen = 4
+)
+
 type heldAck struct {
 	id  uint16
 	raw []byte
@@ -404,11 +412,19 @@ func (c *gateConn) releaseSoon() {
 }
 
 // releaseLater is release for the PUBACK of an agent's result: it leaves
-// the PUBACKs it releases to the next Write, for at most delay.
+// the PUBACKs it releases to the next Write, for at most delay, and while
+// they are fewer than maxLater.
 func (c *gateConn) releaseLater(delay time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.take()
+	if len(c.out) >= maxLater*pubackLen {
+		// An agent publishes at most 256 results before their PUBACKs
+		// (transport/mqtt's publishWindow): a burst of results with no
+		// task after it would wait for the timer at every window.
+		c.writeOut()
+		return
+	}
 	if len(c.out) == 0 || c.timed || c.flushing {
 		return
 	}

@@ -318,6 +318,19 @@ func TestGateConnReleaseLater(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+
+	// A burst of results with no task after it: the PUBACKs wait for no
+	// more than maxLater of them, and go out together.
+	var burst string
+	for i := range maxLater {
+		hold(byte(10 + i))
+		c.releaseLater(time.Hour)
+		burst += string(puback(byte(10 + i)))
+	}
+	want += burst
+	if n, b := state(); n != 3 || b != want {
+		t.Fatalf("after %d PUBACKs of results: %d writes, want 3 (the %d in one)", maxLater, n, maxLater)
+	}
 }
 
 // TestResultsTopic: the topics whose PUBACKs wait for the next packet to
