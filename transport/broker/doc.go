@@ -41,7 +41,7 @@
 //     same write), and the PUBACK of an agent's result (a QoS 1 message on
 //     {prefix}/{device}/agents/{agent}/results) waits for the next packet to
 //     the agent, at most ResultAckDelay (10ms) and while fewer than maxLater
-//     (64) wait; any other publisher is acknowledged as soon as its message
+//     (128) wait; any other publisher is acknowledged as soon as its message
 //     is routed.
 //   - A session taken over keeps what was queued for it: a message that
 //     reaches a persistent session at the instant its client reconnects

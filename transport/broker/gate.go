@@ -308,7 +308,7 @@ const maxOut = 64 << 10
 // packet to the agent at the most (releaseLater); pubackLen is the length
 // of an MQTT 3.1.1 PUBACK (a version 5 one is as long when it succeeds).
 const (
-	maxLater  = 64
+	maxLater  = 128
 	pubackLen = 4
 )
 
