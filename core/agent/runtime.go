@@ -236,15 +236,13 @@ type Runtime struct {
 	inline bool // quick, and the brain no Summarizer: ticks start on the runtime's goroutine (tickInline)
 
 	// Owned by the runtime goroutine.
-	st         *state
-	dirty      bool   // st changed since the last save
-	busy       bool   // a tick is in flight
-	tickID     string // the event id of the tick in flight
-	handed     uint64 // results with Seq below this were handed to Outbox
-	stopping   bool
-	acks       []*submission // accepted events, answered by the next release
-	intentAcks []*intent     // intents, answered by the next release
-	dupAcks    []dupAck      // duplicates of events not yet durable, answered by the next release
+	st       *state
+	dirty    bool   // st changed since the last save
+	busy     bool   // a tick is in flight
+	tickID   string // the event id of the tick in flight
+	handed   uint64 // results with Seq below this were handed to Outbox
+	stopping bool
+	waiting  // what the next save releases
 	// The quick path: while holding, the save waits for the quick tick in
 	// flight, until holdTimer fires (expired) or the next commit.
 	holding, expired bool
@@ -277,11 +275,16 @@ type Runtime struct {
 // flight is a save running on a goroutine of its own while the runtime's
 // goroutine goes on: what it releases when it lands.
 type flight struct {
-	snap       *Snapshot // the copy being saved
-	acks       []*submission
-	intentAcks []*intent
-	dupAcks    []dupAck
-	done       chan error
+	snap *Snapshot // the copy being saved
+	waiting
+	done chan error
+}
+
+// waiting is what a save releases (release) once it has returned.
+type waiting struct {
+	acks       []*submission // accepted events
+	intentAcks []*intent     // intents
+	dupAcks    []dupAck      // duplicates of events not yet durable
 }
 
 type submission struct {
@@ -816,7 +819,7 @@ func (r *Runtime) commit(ctx context.Context, overlap bool) error {
 		r.fail(err)
 		return err
 	}
-	r.release(r.st.snap)
+	r.release(r.st.snap, &r.waiting)
 	return nil
 }
 
@@ -830,24 +833,36 @@ func (r *Runtime) commit(ctx context.Context, overlap bool) error {
 // which nothing else of the agent moved (BenchmarkMQTTIngress: the agent at
 // 0.65–0.8 of the bare relay's rate; docs/figures.md).
 func (r *Runtime) launch(ctx context.Context) {
+	r.beginSave()
+	f := &flight{snap: r.st.copyForSave(), waiting: r.waiting, done: make(chan error, 1)}
+	r.waiting = waiting{}
+	r.dirty = false
+	r.flight = f
+	store, id := r.cfg.Store, r.cfg.AgentID
+	go func() {
+		if err := store.Save(ctx, f.snap); err != nil {
+			f.done <- saveError(id, f.snap, err)
+			return
+		}
+		f.done <- nil
+	}()
+}
+
+// beginSave readies the state for a save and returns it: the confirmed
+// results leave the outbox, the time is set, BeforeSave is called.
+func (r *Runtime) beginSave() *Snapshot {
 	r.takeConfirmed()
 	s := r.st.snap
 	s.Timestamp = r.nowMs()
 	if r.cfg.BeforeSave != nil {
 		r.cfg.BeforeSave(s)
 	}
-	f := &flight{snap: r.st.copyForSave(), acks: r.acks, intentAcks: r.intentAcks, dupAcks: r.dupAcks, done: make(chan error, 1)}
-	r.acks, r.intentAcks, r.dupAcks = nil, nil, nil
-	r.dirty = false
-	r.flight = f
-	store, id := r.cfg.Store, r.cfg.AgentID
-	go func() {
-		err := store.Save(ctx, f.snap)
-		if err != nil {
-			err = fmt.Errorf("agent %s: save at tick %d: %w", id, f.snap.TickIndex, err)
-		}
-		f.done <- err
-	}()
+	return s
+}
+
+// saveError is the error of a failed save of s.
+func saveError(agentID string, s *Snapshot, err error) error {
+	return fmt.Errorf("agent %s: save at tick %d: %w", agentID, s.TickIndex, err)
 }
 
 // land ends the flight with err, its save's outcome: it releases what the
@@ -866,12 +881,7 @@ func (r *Runtime) land(err error) error {
 	if r.cfg.AfterSave != nil {
 		r.cfg.AfterSave(f.snap)
 	}
-	// release answers r's lists: hand it the flight's, keep what waits
-	// for the next save.
-	acks, intentAcks, dupAcks := r.acks, r.intentAcks, r.dupAcks
-	r.acks, r.intentAcks, r.dupAcks = f.acks, f.intentAcks, f.dupAcks
-	r.release(f.snap)
-	r.acks, r.intentAcks, r.dupAcks = acks, intentAcks, dupAcks
+	r.release(f.snap, &f.waiting)
 	return nil
 }
 
@@ -972,14 +982,9 @@ func (r *Runtime) handleOutcome(out *outcome) {
 }
 
 func (r *Runtime) save(ctx context.Context) error {
-	r.takeConfirmed()
-	s := r.st.snap
-	s.Timestamp = r.nowMs()
-	if r.cfg.BeforeSave != nil {
-		r.cfg.BeforeSave(s)
-	}
+	s := r.beginSave()
 	if err := r.cfg.Store.Save(ctx, s); err != nil {
-		return fmt.Errorf("agent %s: save at tick %d: %w", r.cfg.AgentID, s.TickIndex, err)
+		return saveError(r.cfg.AgentID, s, err)
 	}
 	if r.cfg.AfterSave != nil {
 		r.cfg.AfterSave(s)
@@ -991,9 +996,10 @@ func (r *Runtime) save(ctx context.Context) error {
 // release does what a save allows, in this order: acknowledge the events it
 // made durable, let the tools waiting on their intent run, and deliver the
 // results it made durable (to TaskState and WaitTask, then to the Outbox).
-func (r *Runtime) release(s *Snapshot) {
+// w is what waited for that save: the runtime's own, or a flight's.
+func (r *Runtime) release(s *Snapshot, w *waiting) {
 	r.mu.Lock()
-	for _, sub := range r.acks {
+	for _, sub := range w.acks {
 		if sub.ev.ID != "" {
 			r.live[sub.ev.ID] = TaskQueued
 		}
@@ -1015,29 +1021,29 @@ func (r *Runtime) release(s *Snapshot) {
 	}
 	r.mu.Unlock()
 
-	for _, sub := range r.acks {
+	for _, sub := range w.acks {
 		sub.answer(SubmitResult{State: TaskState{TaskID: sub.ev.ID, AgentID: r.cfg.AgentID, Status: TaskQueued}})
 	}
-	if len(r.acks) > 0 {
+	if len(w.acks) > 0 {
 		r.answered = time.Now()
 	}
-	r.acks = r.acks[:0]
-	for _, d := range r.dupAcks {
+	w.acks = w.acks[:0]
+	for _, d := range w.dupAcks {
 		st := d.state
 		if now, ok := r.st.duplicate(d.sub.ev.ID, r.memoryState, r.indexState); ok {
 			st = now
 		}
 		d.sub.answer(SubmitResult{State: st, Duplicate: true})
 	}
-	r.dupAcks = r.dupAcks[:0]
-	for _, in := range r.intentAcks {
+	w.dupAcks = w.dupAcks[:0]
+	for _, in := range w.intentAcks {
 		if in.refused {
 			in.reply <- ErrStopping
 		} else {
 			in.reply <- nil
 		}
 	}
-	r.intentAcks = r.intentAcks[:0]
+	w.intentAcks = w.intentAcks[:0]
 
 	if len(fresh) > 0 {
 		r.handed = fresh[len(fresh)-1].Seq + 1
