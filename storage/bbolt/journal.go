@@ -212,6 +212,12 @@ func (b *wbucket) Delete(k []byte) error {
 	return nil
 }
 
+// deleteAt deletes k, the key under c, a cursor of b.
+func (b *wbucket) deleteAt(c *bolt.Cursor, k []byte) error {
+	b.log.add(opDelete, b.id, k, nil) // before: k may be the node's, which Delete drops
+	return c.Delete()
+}
+
 // bucket returns the bucket name, nil when it does not exist.
 func (t wtx) bucket(name []byte) *wbucket {
 	b := t.Tx.Bucket(name)
