@@ -39,62 +39,17 @@ func outboxHas(t *testing.T, rt *agent.Runtime, id string) bool {
 func TestQuickTicksRunBesideTheSaveAfterQuickWait(t *testing.T) {
 	e := newEnv(t)
 	e.cfg.QuickWait = time.Millisecond
-	g := &gateStore{jsonStore: e.store, entered: make(chan struct{}, 4)}
-	e.cfg.Store = g
-	e.store.delay = 2 * time.Millisecond // the burst gathers behind a save
-	rt := e.start()
-	t.Cleanup(g.open) // before Stop, when the test fails with the gate shut
-	burst(t, rt, "warm", 16)
-	e.store.mu.Lock()
-	e.store.delay = 0
-	e.store.mu.Unlock()
-
-	g.shut()
-	answered := make(chan string, 3)
-	answer := func(id string) func(agent.SubmitResult) {
-		return func(res agent.SubmitResult) {
-			if res.Err != nil {
-				t.Errorf("%s: %v", id, res.Err)
-			}
-			answered <- id
-		}
-	}
-	rt.SubmitAsync(context.Background(), taskEvent(t, "a"), answer("a"))
-	select {
-	case <-g.entered: // a's save waits for the disk
-	case <-time.After(10 * time.Second):
-		t.Fatal("no save of task a")
-	}
-	rt.SubmitAsync(context.Background(), taskEvent(t, "b"), answer("b"))
-	wait.For(t, 10*time.Second, "task b's tick to run during a's save", func() bool { return outboxHas(t, rt, "b") })
+	f := startInFlight(t, e)
+	f.submit("b")
+	wait.For(t, 10*time.Second, "task b's tick to run during a's save", func() bool { return outboxHas(t, f.rt, "b") })
 	// b's tick began a wait of QuickWait for the next save: let it run out.
 	time.Sleep(20 * e.cfg.QuickWait)
-	rt.SubmitAsync(context.Background(), taskEvent(t, "c"), answer("c"))
+	f.submit("c")
 	wait.For(t, 10*time.Second, "task c's tick to run during a's save, after QuickWait ran out", func() bool {
-		return outboxHas(t, rt, "c")
+		return outboxHas(t, f.rt, "c")
 	})
-	select {
-	case id := <-answered:
-		t.Fatalf("task %s acknowledged while a's save waits for the disk", id)
-	default:
-	}
-
-	g.open()
-	for _, want := range []string{"a", "b", "c"} {
-		select {
-		case id := <-answered:
-			if id != want {
-				t.Fatalf("acknowledged %s, want %s first", id, want)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("task %s never acknowledged", want)
-		}
-	}
-	for _, id := range []string{"a", "b", "c"} {
-		if st := waitTask(t, rt, id); st.Status != agent.ResultDone {
-			t.Fatalf("%s: %+v", id, st)
-		}
-	}
+	f.noneAnswered()
+	f.land("a", "b", "c")
 }
 
 // countBrain is a quick brain that counts the ticks it began.

@@ -85,6 +85,44 @@ func taskEvent(t *testing.T, id string) agent.Event {
 // timed out here).
 func TestSaveOverlapsTheNextTicks(t *testing.T) {
 	e := newEnv(t)
+	f := startInFlight(t, e)
+	f.submit("b")
+
+	// The runtime goes on: it takes b and runs its tick meanwhile.
+	wait.For(t, 10*time.Second, "task b's tick to run during a's save", func() bool { return outboxHas(t, f.rt, "b") })
+	f.noneAnswered()
+	// Nor is b reported before a save holds it.
+	if st, ok, err := f.rt.TaskState(context.Background(), "b"); err != nil || ok {
+		t.Fatalf("task b reported as %+v (%v) before a save holds it", st, err)
+	}
+
+	f.land("a", "b")
+	if err := f.rt.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	stored := e.store.stored(t, "a1")
+	if stored.Status != agent.StatusStopped {
+		t.Fatalf("stored status %s", stored.Status)
+	}
+	if n := stored.TickIndex; n != 18 {
+		t.Fatalf("stored tick index %d, want 18 (16 + a + b)", n)
+	}
+}
+
+// inFlight is a runtime in a busy spell whose save of task a waits at its
+// store's gate (startInFlight).
+type inFlight struct {
+	t        *testing.T
+	rt       *agent.Runtime
+	g        *gateStore
+	answered chan string // the ids of the tasks answered, in order
+}
+
+// startInFlight starts e's runtime, brings it into a busy spell (a burst
+// whose saves take 2 ms), shuts its store's gate and submits task a,
+// returning once a's save waits at the gate.
+func startInFlight(t *testing.T, e *env) *inFlight {
+	t.Helper()
 	g := &gateStore{jsonStore: e.store, entered: make(chan struct{}, 4)}
 	e.cfg.Store = g
 	e.store.delay = 2 * time.Millisecond // the burst gathers behind a save
@@ -96,74 +134,55 @@ func TestSaveOverlapsTheNextTicks(t *testing.T) {
 	e.store.mu.Unlock()
 
 	g.shut()
-	answered := make(chan string, 2)
-	answer := func(id string) func(agent.SubmitResult) {
-		return func(res agent.SubmitResult) {
-			if res.Err != nil {
-				t.Errorf("%s: %v", id, res.Err)
-			}
-			answered <- id
-		}
-	}
-	rt.SubmitAsync(context.Background(), taskEvent(t, "a"), answer("a"))
+	f := &inFlight{t: t, rt: rt, g: g, answered: make(chan string, 16)}
+	f.submit("a")
 	select {
 	case <-g.entered: // a's save waits for the disk
 	case <-time.After(10 * time.Second):
 		t.Fatal("no save of task a")
 	}
-	rt.SubmitAsync(context.Background(), taskEvent(t, "b"), answer("b"))
+	return f
+}
 
-	// The runtime goes on: it takes b and runs its tick meanwhile.
-	var s *agent.Snapshot
-	wait.For(t, 10*time.Second, "task b's tick to run during a's save", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		var err error
-		if s, err = rt.Snapshot(ctx); err != nil {
-			t.Fatalf("the runtime answers nothing while a save waits: %v", err)
+// submit submits task id; its answer goes to answered.
+func (f *inFlight) submit(id string) {
+	f.rt.SubmitAsync(context.Background(), taskEvent(f.t, id), func(res agent.SubmitResult) {
+		if res.Err != nil {
+			f.t.Errorf("%s: %v", id, res.Err)
 		}
-		for _, res := range s.Outbox {
-			if res.TaskID == "b" {
-				return true
-			}
-		}
-		return false
+		f.answered <- id
 	})
+}
+
+// noneAnswered fails the test if a task was answered.
+func (f *inFlight) noneAnswered() {
+	f.t.Helper()
 	select {
-	case id := <-answered:
-		t.Fatalf("task %s acknowledged while its save waits for the disk", id)
+	case id := <-f.answered:
+		f.t.Fatalf("task %s acknowledged while a's save waits for the disk", id)
 	default:
 	}
-	// Nor is b reported before a save holds it.
-	if st, ok, err := rt.TaskState(context.Background(), "b"); err != nil || ok {
-		t.Fatalf("task b reported as %+v (%v) before a save holds it", st, err)
-	}
+}
 
-	g.open()
-	for _, want := range []string{"a", "b"} {
+// land opens the gate and checks that the tasks ids are answered in that
+// order and finish.
+func (f *inFlight) land(ids ...string) {
+	f.t.Helper()
+	f.g.open()
+	for _, want := range ids {
 		select {
-		case id := <-answered:
+		case id := <-f.answered:
 			if id != want {
-				t.Fatalf("acknowledged %s, want %s first", id, want)
+				f.t.Fatalf("acknowledged %s, want %s first", id, want)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("task %s never acknowledged", want)
+			f.t.Fatalf("task %s never acknowledged", want)
 		}
 	}
-	for _, id := range []string{"a", "b"} {
-		if st := waitTask(t, rt, id); st.Status != agent.ResultDone {
-			t.Fatalf("%s: %+v", id, st)
+	for _, id := range ids {
+		if st := waitTask(f.t, f.rt, id); st.Status != agent.ResultDone {
+			f.t.Fatalf("%s: %+v", id, st)
 		}
-	}
-	if err := rt.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	stored := e.store.stored(t, "a1")
-	if stored.Status != agent.StatusStopped {
-		t.Fatalf("stored status %s", stored.Status)
-	}
-	if n := stored.TickIndex; n != 18 {
-		t.Fatalf("stored tick index %d, want 18 (16 + a + b)", n)
 	}
 }
 
