@@ -697,8 +697,9 @@ func (r *Runtime) loop() {
 				}
 			}
 			// A save that landed meanwhile answers its events now, not
-			// after the rest of the queue's ticks.
-			if r.landed() {
+			// after the rest of the queue's ticks; those go on if they
+			// may (maybeStartTick), as they would have without it.
+			if r.landed() && r.exitErr != nil {
 				break
 			}
 		}
