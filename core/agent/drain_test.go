@@ -52,28 +52,13 @@ func TestQuickTicksRunBesideTheSaveAfterQuickWait(t *testing.T) {
 	f.land("a", "b", "c")
 }
 
-// countBrain is a quick brain that counts the ticks it began.
-type countBrain struct {
-	agent.Brain
-	d     time.Duration
-	ticks *atomic.Int64
-}
-
-func (b countBrain) Quick() bool { return true }
-
-func (b countBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
-	b.ticks.Add(1)
-	time.Sleep(b.d)
-	return b.Brain.Think(ctx, turn)
-}
-
 // TestLandingAnswersBetweenTicks: quick ticks that run beside a save do not
 // hold back that save's answers: once it lands, its events are answered
 // before the next queued tick starts, not after the queue's last.
 func TestLandingAnswersBetweenTicks(t *testing.T) {
 	e := newEnv(t)
 	var ticks atomic.Int64
-	e.cfg.Brain = countBrain{Brain: e.cfg.Brain, d: 5 * time.Millisecond, ticks: &ticks}
+	e.cfg.Brain = sleepyBrain{Brain: e.cfg.Brain, d: 5 * time.Millisecond, ticks: &ticks}
 	e.cfg.QuickWait = time.Millisecond
 	g := &gateStore{jsonStore: e.store, entered: make(chan struct{}, 4)}
 	e.cfg.Store = g

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,15 +99,20 @@ func TestQuickTickOnRuntimeGoroutine(t *testing.T) {
 	}
 }
 
-// sleepyBrain is a quick brain that takes its time over every answer.
+// sleepyBrain is a quick brain that takes its time over every answer, and
+// counts the answers it began in ticks when set.
 type sleepyBrain struct {
 	agent.Brain
-	d time.Duration
+	d     time.Duration
+	ticks *atomic.Int64
 }
 
 func (b sleepyBrain) Quick() bool { return true }
 
 func (b sleepyBrain) Think(ctx context.Context, turn agent.Turn) (agent.Reply, error) {
+	if b.ticks != nil {
+		b.ticks.Add(1)
+	}
 	time.Sleep(b.d)
 	return b.Brain.Think(ctx, turn)
 }

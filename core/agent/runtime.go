@@ -205,10 +205,11 @@ const (
 
 // Runtime runs one agent: one goroutine owns the snapshot and performs every
 // change and starts every Save (in a busy spell the Save itself runs on a
-// goroutine of its own, on a copy: launch); the brain and the tools of a tick run on a second
-// goroutine and hand their outcome back, except a quick brain's tick that
-// calls no tool, which runs on the first (tickInline). Nothing outside that
-// goroutine reads or writes the snapshot.
+// goroutine of its own, on a copy: launch); the brain and the tools of a
+// tick run on a second goroutine and hand their outcome back, except a
+// quick brain's tick that calls no tool, which runs on the first
+// (tickInline). Nothing outside that goroutine reads or writes the
+// snapshot.
 type Runtime struct {
 	cfg   Config
 	tools map[string]tool.Tool // cfg.Tools by name
