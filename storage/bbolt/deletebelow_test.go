@@ -72,7 +72,10 @@ func TestDeleteBelow(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if err := replayed.Update(func(tx *bolt.Tx) error { return applyOps(tx, log.b, defaultTuning().fillPercent) }); err != nil {
+			if err := replayed.Update(func(tx *bolt.Tx) error {
+				t := defaultTuning()
+				return applyOps(tx, log.b, &t)
+			}); err != nil {
 				t.Fatal(err)
 			}
 

@@ -298,7 +298,7 @@ func eachOp(ops []byte, fn func(kind byte, bucket, k, v []byte) error) error {
 
 // applyOps applies the operations of one record to tx, whole or (when they
 // do not decode) not at all.
-func applyOps(tx *bolt.Tx, ops []byte, fill float64) error {
+func applyOps(tx *bolt.Tx, ops []byte, t *tuning) error {
 	if err := eachOp(ops, func(byte, []byte, []byte, []byte) error { return nil }); err != nil {
 		return err
 	}
@@ -307,8 +307,11 @@ func applyOps(tx *bolt.Tx, ops []byte, fill float64) error {
 		if err != nil {
 			return err
 		}
-		if string(name) == string(bucketSnapshot) {
-			b.FillPercent = fill
+		switch string(name) {
+		case string(bucketSnapshot):
+			b.FillPercent = t.fillPercent
+		case string(bucketTasks):
+			b.FillPercent = t.indexFill
 		}
 		switch kind {
 		case opPut:

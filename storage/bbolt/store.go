@@ -48,8 +48,22 @@ type tuning struct {
 	// extra fsync.
 	allocSize int
 	// fillPercent is how full bbolt packs a page it splits
-	// (bolt.Bucket.FillPercent).
+	// (bolt.Bucket.FillPercent) in the snapshot bucket.
 	fillPercent float64
+	// burstFill replaces fillPercent in the snapshot bucket when a Save
+	// is too large for the journal and folds (a burst of tasks made
+	// durable at once): its pages are new list elements, appended in
+	// order, and leaving a tenth of each page instead of three saves
+	// pages of the fold. The small Saves that follow go back to
+	// fillPercent: a last page split at burstFill may be merged back and
+	// split again once (fillPercent says why), not at every Save.
+	burstFill float64
+	// indexFill is how full bbolt packs a page it splits in the task
+	// index. A page is written whole each time a fold changes it (copy
+	// on write), so the room bbolt's default of half a page leaves for
+	// later inserts saves nothing: results of 1 KiB went two to a page
+	// instead of three.
+	indexFill float64
 	// dropBatch is how many dropped elements of a list wait before they are
 	// deleted, so that most Saves do not write the page at the front of the
 	// list as well as the one at its back. While all of an agent's snapshot
@@ -82,6 +96,8 @@ func defaultTuning() tuning {
 		// Save, which deletes a generation record there, merges it back
 		// and splits it again.
 		fillPercent: 0.7,
+		burstFill:   0.9,
+		indexFill:   0.9,
 		dropBatch:   32,
 		journalSize: defaultJournalSize,
 	}
@@ -496,7 +512,7 @@ func (s *Store) replay(a *agentStore) (err error) {
 		if r.nums != nil {
 			num = r.nums[i]
 		}
-		if err := applyOps(a.tx, ops, s.tune.fillPercent); err != nil {
+		if err := applyOps(a.tx, ops, &s.tune); err != nil {
 			return fmt.Errorf("%s: record %d: %v: %w", jr.path, num, err, plugin.ErrCorrupt)
 		}
 	}
@@ -715,6 +731,12 @@ func (s *Store) save(a *agentStore, snap *agent.Snapshot, body []byte, polled bo
 			})
 		}
 		return st, err
+	}
+	if log.over && a.jr != nil && s.tune.journalSize > 0 {
+		// Too large for the journal: a burst (burstFill).
+		if b := tx.Bucket(bucketSnapshot); b != nil {
+			b.FillPercent = s.tune.burstFill
+		}
 	}
 	return st, s.fold(a, tx)
 }
