@@ -37,6 +37,7 @@ agent.`,
 				return fmt.Errorf("--template %q: core runs a frozen blueprint file (DATA/run/blueprints/ID/NAME.json)", f.template)
 			}
 			f.daemonChild, f.digest, f.source = true, digest, source
+			dropDaemonProcs()
 			oneProcessor()
 			if os.Getenv(envParentPipe) == "1" {
 				go watchParent(os.Stdin)

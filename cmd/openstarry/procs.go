@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/rs/zerolog"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
 // oneProcessor makes the daemon and each agent process run their Go code
@@ -23,6 +25,18 @@ func oneProcessor() {
 	if n := defaultProcs(os.Getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+}
+
+// dropDaemonProcs takes GOMAXPROCS out of an agent's environment when the
+// daemon put it there (control.EnvProcs): the runtime read it when the
+// process started, and the processes the agent starts (a tool's command,
+// an MCP server) get Go's default, as they would without the daemon.
+func dropDaemonProcs() {
+	if os.Getenv(control.EnvProcs) == "" {
+		return
+	}
+	_ = os.Unsetenv("GOMAXPROCS")
+	_ = os.Unsetenv(control.EnvProcs)
 }
 
 // defaultProcs is the GOMAXPROCS oneProcessor sets: 1, or 0 (leave the

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/openstarry/openstarry-edge/core/daemon/control"
 )
 
 func TestDefaultProcs(t *testing.T) {
@@ -146,5 +148,23 @@ func TestStartsDaemon(t *testing.T) {
 		if got := startsDaemon(tc.args); got != tc.want {
 			t.Errorf("startsDaemon(%q) = %v, want %v", tc.args, got, tc.want)
 		}
+	}
+}
+
+// TestDropDaemonProcs: an agent takes GOMAXPROCS out of its environment
+// when the daemon put it there, and keeps an operator's.
+func TestDropDaemonProcs(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "1")
+	t.Setenv(control.EnvProcs, "1")
+	dropDaemonProcs()
+	for _, k := range []string{"GOMAXPROCS", control.EnvProcs} {
+		if v, ok := os.LookupEnv(k); ok {
+			t.Errorf("%s=%s left in the environment", k, v)
+		}
+	}
+	t.Setenv("GOMAXPROCS", "4")
+	dropDaemonProcs()
+	if v := os.Getenv("GOMAXPROCS"); v != "4" {
+		t.Errorf("the operator's GOMAXPROCS=4 became %q", v)
 	}
 }

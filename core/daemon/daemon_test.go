@@ -88,6 +88,32 @@ func TestEnvScrubbed(t *testing.T) {
 	}
 }
 
+// TestAgentProcs: an agent gets GOMAXPROCS=1, and EnvProcs to say the
+// daemon set it, unless the daemon's environment sets GOMAXPROCS: then it
+// gets that, as it is.
+func TestAgentProcs(t *testing.T) {
+	d := &Daemon{cfg: config.Default(), data: "/d"}
+	d.specs = &specs{cfg: d.cfg, data: d.data, infra: &infraSet{}, ctl: &controlAPI{addr: "unix:///x", token: "tok"}}
+	for _, tc := range []struct {
+		operator string
+		want     []string
+	}{
+		{"", []string{"GOMAXPROCS=1", control.EnvProcs + "=1"}},
+		{"3", []string{"GOMAXPROCS=3"}},
+	} {
+		t.Setenv("GOMAXPROCS", tc.operator)
+		var got []string
+		for _, kv := range d.specs.launchSpec("a", control.RoleWorker, agentSpec{Blueprint: "/b/w.json"}).Env {
+			if k, _, _ := strings.Cut(kv, "="); k == "GOMAXPROCS" || k == control.EnvProcs {
+				got = append(got, kv)
+			}
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("daemon's GOMAXPROCS=%q: the agent's %q, want %q", tc.operator, got, tc.want)
+		}
+	}
+}
+
 func TestSecondDaemonRefused(t *testing.T) {
 	cfg := testConfig(t)
 	startEnv(t, cfg, testResolver(nil), nil)

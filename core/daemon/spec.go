@@ -121,16 +121,31 @@ func (s *specs) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 	// Always, 0 (no scrub) included: the agent's own default is not the
 	// daemon's word.
 	args = append(args, "--scrub-interval", s.cfg.ScrubInterval.String())
-	env := make([]string, 0, len(os.Environ())+8)
+	env := make([]string, 0, len(os.Environ())+10)
 	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
+		k, v, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(strings.ToUpper(k), "OPENSTARRY_") && !slices.Contains(spec.KeepEnv, k) {
 			continue
+		}
+		if k == "GOMAXPROCS" && v == "" {
+			continue // the runtime's default, as unset (below)
 		}
 		env = append(env, kv)
 	}
 	env = append(env, control.EnvAddr+"="+s.ctl.addr, control.EnvToken+"="+s.ctl.agentToken(id), control.EnvAPIToken+"="+s.apiToken,
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
+	if os.Getenv("GOMAXPROCS") == "" {
+		// An agent runs its Go code on one processor (cmd/openstarry's
+		// oneProcessor). Set here, the runtime starts with one: set by
+		// the agent itself once started, its start had run on one
+		// processor per core, and what that start allocated stayed
+		// resident, so that the idle master's private memory was 2.5 or
+		// 3.1 MiB from one boot to the next (docs/figures.md, "one
+		// processor from the start"). The agent takes the two variables
+		// out of its own environment (EnvProcs). An operator's
+		// GOMAXPROCS in the daemon's environment is passed on instead.
+		env = append(env, "GOMAXPROCS=1", control.EnvProcs+"=1")
+	}
 	for _, inf := range s.infra.list {
 		a, e := inf.AgentArgs(id, role)
 		args = append(args, a...)

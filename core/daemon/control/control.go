@@ -29,6 +29,11 @@ const (
 	// agent's own HTTP port: the agent requires it from every client,
 	// loopback included, so that only the daemon reaches the port.
 	EnvAPIToken = "OPENSTARRY_AGENT_API_TOKEN"
+	// EnvProcs says that the daemon, not the operator, set GOMAXPROCS=1
+	// in the agent's environment: the agent takes both out of its own
+	// environment once started, so that what it runs does not inherit
+	// them (see the daemon's launchSpec).
+	EnvProcs = "OPENSTARRY_DAEMON_GOMAXPROCS"
 )
 
 // Files under DATA/run.
