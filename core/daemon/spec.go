@@ -136,14 +136,15 @@ func (s *specs) launchSpec(id, role string, spec agentSpec) LaunchSpec {
 		"OPENSTARRY_PARENT_PIPE=1", "OPENSTARRY_LOG_FORMAT=json")
 	if os.Getenv("GOMAXPROCS") == "" {
 		// An agent runs its Go code on one processor (cmd/openstarry's
-		// oneProcessor). Set here, the runtime starts with one: set by
-		// the agent itself once started, its start had run on one
-		// processor per core, and what that start allocated stayed
-		// resident, so that the idle master's private memory was 2.5 or
-		// 3.1 MiB from one boot to the next (docs/figures.md, "one
-		// processor from the start"). The agent takes the two variables
-		// out of its own environment (EnvProcs). An operator's
-		// GOMAXPROCS in the daemon's environment is passed on instead.
+		// oneProcessor). In its environment, GOMAXPROCS gives its
+		// runtime one processor from the start. When the agent set it
+		// itself, its start had run with one processor per core, and
+		// what the start allocated stayed resident: the idle master's
+		// private memory was 2.5 or 3.1 MiB from one boot to the next
+		// (docs/figures.md, "one processor from the start"). The agent
+		// takes both variables out of its own environment again
+		// (EnvProcs). An operator's GOMAXPROCS in the daemon's
+		// environment is passed on instead.
 		env = append(env, "GOMAXPROCS=1", control.EnvProcs+"=1")
 	}
 	for _, inf := range s.infra.list {
