@@ -22,9 +22,6 @@ import (
 func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, encoded map[uint64][]byte) (uint64, error) {
 	ids := a.ids.Load()
 	b := tx.bucket(bucketTasks)
-	if b != nil {
-		b.FillPercent = s.tune.indexFill
-	}
 	newNext := next
 	// The count of time entries is read before the first result indexed
 	// and written once after the last: a burst's Save indexes many.
@@ -48,7 +45,6 @@ func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, 
 			if b, err = tx.createBucketIfNotExists(bucketTasks); err != nil {
 				return 0, err
 			}
-			b.FillPercent = s.tune.indexFill
 		}
 		if !counted {
 			var err error
@@ -70,6 +66,7 @@ func (s *Store) index(tx wtx, a *agentStore, snap *agent.Snapshot, next uint64, 
 		}
 	}
 	if b != nil {
+		b.FillPercent = s.tune.indexFill // for the fold that writes its pages
 		if err := s.prune(b, snap); err != nil {
 			return 0, err
 		}
